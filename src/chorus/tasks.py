@@ -151,3 +151,28 @@ def load_tasks(
 
 def tasks_by_id(tasks: list[Task]) -> dict[str, Task]:
     return {t.id: t for t in tasks}
+
+
+def write_manifest(tasks: list[Task], path: str | Path, source: str) -> None:
+    """Record the resolved task set; downstream jobs load tasks from it."""
+    from chorus.io import atomic_write_json
+
+    atomic_write_json(
+        path,
+        {
+            "source": source,
+            "tasks": [
+                {"id": t.id, "split": t.split, "difficulty": t.difficulty, "dir": str(t.root)}
+                for t in tasks
+            ],
+        },
+    )
+
+
+def load_manifest(path: str | Path, splits: str | list[str] | None = None) -> list[Task]:
+    import json
+
+    if isinstance(splits, str):
+        splits = [splits]
+    entries = json.loads(Path(path).read_text())["tasks"]
+    return [load_task(e["dir"]) for e in entries if splits is None or e["split"] in splits]

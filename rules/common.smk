@@ -1,0 +1,46 @@
+# Shared names and helpers: the plan of models, wildcard constraints, job resources.
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from chorus.plan import MODEL_KINDS, POOLS, Plan
+
+PLAN = Plan(config)
+RESULTS = PLAN.results
+
+
+wildcard_constraints:
+    stage="|".join(PLAN.stages),
+    expert="|".join(PLAN.experts),
+    merge="|".join(PLAN.merges) or "NO_MERGE",
+    kind="|".join(MODEL_KINDS),
+    name="[A-Za-z0-9][A-Za-z0-9_.]*",
+    pool="|".join(POOLS),
+    shard=r"\d+",
+
+
+def job_resources(kind):
+    """Rule resources from config.resources.<kind>; the SLURM profile maps them to sbatch."""
+    spec = config["resources"][kind]
+    resources = {"mem_mb": spec["mem_mb"], "runtime": spec["runtime"]}
+    resources["cpus_per_task"] = spec["cpus"]
+    if spec.get("gpu", 0):
+        resources["gpu"] = spec["gpu"]
+    return resources
+
+
+def job_threads(kind):
+    return config["resources"][kind]["cpus"]
+
+
+def task_files():
+    """Every file of the task source: editing a task re-runs what depends on it."""
+    if config["tasks"]["source"] == "cvdp":
+        return [config["tasks"]["cvdp_jsonl"]]
+    return sorted(str(p) for p in Path(config["tasks"]["root"]).rglob("*") if p.is_file())
+
+
+def model_dir(wildcards):
+    return PLAN.model_dir(wildcards.kind, wildcards.name)
+

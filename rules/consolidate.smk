@@ -1,0 +1,88 @@
+# Post-training consolidation, the trained alternative to merging: sample every expert on
+# the train tasks, keep the samples the simulator verified as passing, and fine-tune one
+# model on their union (distillation), optionally followed by RL.
+
+CONSOLIDATE = config.get("consolidate", {})
+DISTILLED = CONSOLIDATE.get("name", "distill")
+
+
+rule consolidate_data:
+    input:
+        tables=expand(
+            f"{RESULTS}/eval/harvest/rl/{{expert}}/per_sample.csv", expert=PLAN.experts
+        ),
+        generations=expand(
+            f"{RESULTS}/eval/harvest/rl/{{expert}}/generations.jsonl",
+            expert=PLAN.experts,
+        ),
+        manifest=rules.prepare_tasks.output.manifest,
+    output:
+        data=f"{RESULTS}/data/consolidate/{DISTILLED}.jsonl",
+        stats=f"{RESULTS}/data/consolidate/{DISTILLED}.stats.json",
+    params:
+        include_reference=CONSOLIDATE.get("include_reference", True),
+    log:
+        f"{RESULTS}/logs/consolidate_data.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/consolidate_data.tsv"
+    threads: 1
+    resources:
+        **job_resources("light_job"),
+    conda:
+        "../envs/chorus.yaml"
+    script:
+        "../scripts/consolidate_data.py"
+
+
+rule consolidate_sft:
+    input:
+        model=PLAN.model_dir("sft", CONSOLIDATE.get("base_stage", PLAN.stages[-1])),
+        data=rules.consolidate_data.output.data,
+    output:
+        model=directory(PLAN.model_dir("consolidated", DISTILLED)),
+    params:
+        stage={
+            "name": DISTILLED,
+            "epochs": CONSOLIDATE.get("epochs", 1),
+            "lr": CONSOLIDATE.get("lr", 5e-4),
+        },
+        batch_size=config["sft"].get("batch_size", 2),
+        grad_accum=config["sft"].get("grad_accum", 1),
+        max_length=config["max_length"],
+        device=config["device"],
+        deepspeed=config.get("deepspeed"),
+    log:
+        f"{RESULTS}/logs/consolidate_sft.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/consolidate_sft.tsv"
+    threads: job_threads("gpu_job")
+    resources:
+        **job_resources("gpu_job"),
+    conda:
+        "../envs/chorus.yaml"
+    script:
+        "../scripts/sft.py"
+
+
+rule consolidate_rl:
+    input:
+        model=rules.consolidate_sft.output.model,
+        manifest=rules.prepare_tasks.output.manifest,
+    output:
+        model=directory(PLAN.model_dir("consolidated", f"{DISTILLED}_rl")),
+    params:
+        expert={**PLAN.expert(PLAN.experts[0]), "name": f"{DISTILLED}_rl"},
+        simulation=config["simulation"],
+        device=config["device"],
+        deepspeed=config.get("deepspeed"),
+    log:
+        f"{RESULTS}/logs/consolidate_rl.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/consolidate_rl.tsv"
+    threads: job_threads("gpu_job")
+    resources:
+        **job_resources("gpu_job"),
+    conda:
+        "../envs/chorus.yaml"
+    script:
+        "../scripts/rl.py"

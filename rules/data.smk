@@ -1,0 +1,62 @@
+# Data: resolve the task set, build the tiny base model, and build each SFT stage's data.
+
+
+rule prepare_tasks:
+    input:
+        task_files(),
+    output:
+        manifest=f"{RESULTS}/tasks/manifest.json",
+    params:
+        tasks=config["tasks"],
+        converted_dir=f"{RESULTS}/tasks/cvdp",
+    log:
+        f"{RESULTS}/logs/prepare_tasks.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/prepare_tasks.tsv"
+    threads: 1
+    resources:
+        **job_resources("light_job"),
+    conda:
+        "../envs/chorus.yaml"
+    script:
+        "../scripts/prepare_tasks.py"
+
+
+rule build_base_model:
+    input:
+        manifest=rules.prepare_tasks.output.manifest,
+    output:
+        model=directory(f"{RESULTS}/models/base"),
+    params:
+        tiny=config["model"]["tiny"],
+    log:
+        f"{RESULTS}/logs/build_base_model.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/build_base_model.tsv"
+    threads: 1
+    resources:
+        **job_resources("light_job"),
+    conda:
+        "../envs/chorus.yaml"
+    script:
+        "../scripts/build_base_model.py"
+
+
+rule sft_data:
+    input:
+        manifest=rules.prepare_tasks.output.manifest,
+    output:
+        data=f"{RESULTS}/data/sft/{{stage}}.jsonl",
+    params:
+        mix=lambda wc: PLAN.stage(wc.stage)["mix"],
+    log:
+        f"{RESULTS}/logs/sft_data/{{stage}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/sft_data/{{stage}}.tsv"
+    threads: 1
+    resources:
+        **job_resources("light_job"),
+    conda:
+        "../envs/chorus.yaml"
+    script:
+        "../scripts/sft_data.py"

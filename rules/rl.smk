@@ -1,0 +1,26 @@
+# Dense-reward RL: one GRPO run per expert, from the SFT stage the expert names. The
+# reward is the coverage fraction reached in Verilator simulation (or binary pass).
+
+
+rule rl:
+    input:
+        model=lambda wc: PLAN.model_dir("sft", PLAN.expert(wc.expert)["from_stage"]),
+        manifest=rules.prepare_tasks.output.manifest,
+    output:
+        model=directory(f"{RESULTS}/models/rl/{{expert}}"),
+    params:
+        expert=lambda wc: PLAN.expert(wc.expert),
+        simulation=config["simulation"],
+        device=config["device"],
+        deepspeed=config.get("deepspeed"),
+    log:
+        f"{RESULTS}/logs/rl/{{expert}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/rl/{{expert}}.tsv"
+    threads: job_threads("gpu_job")
+    resources:
+        **job_resources("gpu_job"),
+    conda:
+        "../envs/chorus.yaml"
+    script:
+        "../scripts/rl.py"

@@ -1,0 +1,35 @@
+# Staged SFT: each stage fine-tunes the previous stage's checkpoint (the first: the base
+# model) on its own data mix. Every stage's checkpoint is an output and an expert seed.
+
+
+def sft_input_model(wildcards):
+    previous = PLAN.previous_stage(wildcards.stage)
+    if previous is None:
+        return PLAN.model_dir("base", "base")
+    return PLAN.model_dir("sft", previous)
+
+
+rule sft:
+    input:
+        model=sft_input_model,
+        data=rules.sft_data.output.data,
+    output:
+        model=directory(f"{RESULTS}/models/sft/{{stage}}"),
+    params:
+        stage=lambda wc: PLAN.stage(wc.stage),
+        batch_size=config["sft"].get("batch_size", 2),
+        grad_accum=config["sft"].get("grad_accum", 1),
+        max_length=config["max_length"],
+        device=config["device"],
+        deepspeed=config.get("deepspeed"),
+    log:
+        f"{RESULTS}/logs/sft/{{stage}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/sft/{{stage}}.tsv"
+    threads: job_threads("gpu_job")
+    resources:
+        **job_resources("gpu_job"),
+    conda:
+        "../envs/chorus.yaml"
+    script:
+        "../scripts/sft.py"

@@ -1,0 +1,23 @@
+"""Score one shard of a model's generations in the sandboxed Verilator+cocotb harness.
+
+Results are appended per sample to a sidecar file, so a killed or preempted job resumes
+without re-simulating finished samples; the declared output appears only when complete.
+"""
+
+from chorus.harness import SandboxLimits, score_generations
+from chorus.io import read_jsonl, script_logging
+from chorus.tasks import load_manifest, tasks_by_id
+
+with script_logging(snakemake):
+    shard, num_shards = snakemake.params.shard, snakemake.params.num_shards
+    rows = read_jsonl(snakemake.input.generations)[shard::num_shards]
+    sim = snakemake.params.simulation
+    results = score_generations(
+        rows,
+        tasks_by_id(load_manifest(snakemake.input.manifest)),
+        snakemake.output.scores,
+        workers=snakemake.threads,
+        limits=SandboxLimits(timeout_s=sim["timeout_s"], mem_mb=sim["mem_mb"]),
+    )
+    passed = sum(r["passed"] for r in results)
+    print(f"shard {shard}/{num_shards}: {len(results)} samples scored, {passed} passing")
