@@ -1,0 +1,19 @@
+"""Sample k completions per task of the pool's splits from one model."""
+
+from chorus.generate import sample_completions
+from chorus.io import resolve_device, script_logging
+from chorus.tasks import load_manifest
+
+with script_logging(snakemake):
+    pool = snakemake.params.pool
+    sampling = snakemake.params.sampling
+    sample_completions(
+        snakemake.input.model,
+        load_manifest(snakemake.input.manifest, splits=pool["splits"]),
+        pool["k"],
+        snakemake.output.generations,
+        temperature=sampling["temperature"],
+        top_p=sampling["top_p"],
+        max_new_tokens=sampling["max_new_tokens"],
+        device=resolve_device(snakemake.params.device),
+    )

@@ -1,0 +1,14 @@
+"""Merge RL experts with mergekit; the mergekit YAML is kept beside the merged model."""
+
+from chorus.io import resolve_device, script_logging
+from chorus.merge import run_merge, write_mergekit_config
+
+with script_logging(snakemake):
+    strategy = snakemake.params.strategy
+    merge_config = write_mergekit_config(
+        strategy["method"],
+        list(snakemake.input.experts),
+        snakemake.input.base,
+        strategy.get("params", {}),
+    )
+    run_merge(merge_config, snakemake.output.model, device=resolve_device(snakemake.params.device))

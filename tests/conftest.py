@@ -1,0 +1,42 @@
+"""Shared test helpers: repository paths and a Snakemake runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def default_config() -> dict:
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def write_config(path: Path, config: dict) -> Path:
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def run_snakemake(args: list[str], *, cwd: Path = REPO, timeout: int = 1800, check=True):
+    """Run the workflow's Snakefile with the venv's snakemake; returns the CompletedProcess."""
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), *args]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"snakemake {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+        )
+    return proc
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO

@@ -1,0 +1,60 @@
+"""The job graph: SFT stages x RL experts x merge strategies, as `snakemake -n` lists it."""
+
+import re
+
+from conftest import default_config, run_snakemake, write_config
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """Parse the 'Job stats' table of a dry run into {rule: count}."""
+    table = output[output.index("Job stats:") :]
+    counts = {}
+    for line in table.splitlines()[3:]:
+        match = re.match(r"^(\S+)\s+(\d+)$", line.strip())
+        if not match:
+            break
+        counts[match.group(1)] = int(match.group(2))
+    return counts
+
+
+def test_dag_3_stages_4_experts_5_merges(tmp_path):
+    config = default_config()
+    stages = ["s1", "s2", "s3"]
+    config["sft"]["stages"] = [
+        {"name": s, "mix": {"reference": ["easy"]}, "epochs": 1, "lr": 1e-3} for s in stages
+    ]
+    experts = [f"e{i}" for i in range(4)]
+    config["rl"]["experts"] = [
+        {"name": e, "from_stage": stages[i % 3], "reward": "dense"} for i, e in enumerate(experts)
+    ]
+    methods = ["linear", "task_arithmetic", "ties", "dare_ties", "slerp"]
+    config["merge"]["strategies"] = [
+        {"name": m, "method": m, "experts": experts[:2] if m == "slerp" else "all"}
+        for m in methods
+    ]
+    shards = 3
+    config["simulation"]["shards"] = shards
+    path = write_config(tmp_path / "dag.yaml", config)
+    proc = run_snakemake(["-n", "--nolock", "--forceall", "--configfile", str(path)])
+    counts = job_counts(proc.stdout + proc.stderr)
+
+    evaluated = 1 + len(stages) + len(experts) + len(methods) + 1  # base, sft, rl, merge, distill
+    harvested = len(experts)  # every expert samples the train tasks for distillation
+    expected = {
+        "prepare_tasks": 1,
+        "build_base_model": 1,
+        "sft_data": len(stages),
+        "sft": len(stages),
+        "rl": len(experts),
+        "merge": len(methods),
+        "generate": evaluated + harvested,
+        "score_shard": (evaluated + harvested) * shards,
+        "gather_scores": evaluated + harvested,
+        "consolidate_data": 1,
+        "consolidate_sft": 1,
+        "aggregate": 1,
+        "plots": 1,
+        "all": 1,
+    }
+    assert counts.pop("total") == sum(expected.values())
+    assert counts == expected
