@@ -36,7 +36,7 @@ rule consolidate_data:
 
 rule consolidate_sft:
     input:
-        model=PLAN.model_dir("sft", CONSOLIDATE.get("base_stage", PLAN.stages[-1])),
+        model=PLAN.model_dir("sft", PLAN.consolidate_base_stage),
         data=rules.consolidate_data.output.data,
     output:
         model=directory(PLAN.model_dir("consolidated", DISTILLED)),

@@ -32,6 +32,7 @@ def test_dag_3_stages_4_experts_5_merges(tmp_path):
         {"name": m, "method": m, "experts": experts[:2] if m == "slerp" else "all"}
         for m in methods
     ]
+    config["consolidate"]["base_stage"] = "s3"
     shards = 3
     config["simulation"]["shards"] = shards
     path = write_config(tmp_path / "dag.yaml", config)

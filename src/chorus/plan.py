@@ -73,10 +73,9 @@ class Plan:
             base_stage = merge.get("base_stage")
             if base_stage is not None and base_stage not in self.stages:
                 raise ConfigError(f"merge.strategies[{i}].base_stage: unknown stage {base_stage!r}")
-        consolidate = self.config.get("consolidate", {})
-        if consolidate.get("enabled") and consolidate.get("base_stage") not in self.stages:
+        if self.consolidate_enabled and self.consolidate_base_stage not in self.stages:
             raise ConfigError(
-                f"consolidate.base_stage: {consolidate.get('base_stage')!r} is not an sft stage"
+                f"consolidate.base_stage: {self.consolidate_base_stage!r} is not an sft stage"
             )
 
     # -- lookups ----------------------------------------------------------------------
@@ -112,6 +111,11 @@ class Plan:
     @property
     def consolidate_enabled(self) -> bool:
         return bool(self.config.get("consolidate", {}).get("enabled", False))
+
+    @property
+    def consolidate_base_stage(self) -> str:
+        """SFT checkpoint the distilled model starts from (default: the last stage)."""
+        return self.config.get("consolidate", {}).get("base_stage", self.stages[-1])
 
     @property
     def consolidated_names(self) -> list[str]:
