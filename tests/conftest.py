@@ -40,3 +40,22 @@ def run_snakemake(args: list[str], *, cwd: Path = REPO, timeout: int = 1800, che
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+def e2e_config(workdir: Path) -> Path:
+    """The embedded default, with the task root made absolute so any workdir can run it."""
+    config = default_config()
+    config["tasks"]["root"] = str(REPO / config["tasks"]["root"])
+    return write_config(workdir / "config.yaml", config)
+
+
+@pytest.fixture(scope="session")
+def local_run(tmp_path_factory) -> Path:
+    """One full run of the embedded default pipeline with the local executor."""
+    workdir = tmp_path_factory.mktemp("local_run")
+    config = e2e_config(workdir)
+    run_snakemake(
+        ["--cores", "2", "--directory", str(workdir), "--configfile", str(config)],
+        timeout=3000,
+    )
+    return workdir
