@@ -1,0 +1,25 @@
+"""Coverage harness: Verilator + cocotb simulation of candidate stimulus, sandboxed."""
+
+from chorus.harness.build import BuildError, ensure_build
+from chorus.harness.coverage import read_coverage_dat
+from chorus.harness.sandbox import SandboxLimits, SandboxResult
+from chorus.harness.score import (
+    STATUSES,
+    SimResult,
+    score,
+    score_generations,
+    score_many,
+)
+
+__all__ = [
+    "STATUSES",
+    "BuildError",
+    "SandboxLimits",
+    "SandboxResult",
+    "SimResult",
+    "ensure_build",
+    "read_coverage_dat",
+    "score",
+    "score_generations",
+    "score_many",
+]

@@ -1,0 +1,46 @@
+"""Loaded by the simulator's embedded Python for candidate stimulus (CHORUS_GUARD=1).
+
+A second line of defence inside the process that runs untrusted code, beside the OS
+confinement of sandbox.py: audit hooks (which cannot be removed once installed) refuse
+starting programs, sockets, ctypes, and touching the coverage database the score is
+read from. It is not a security boundary on its own (see docs/harness.md).
+"""
+
+import os
+import sys
+
+if os.environ.get("CHORUS_GUARD") == "1":
+    _BLOCKED_EVENTS = {
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.fork",
+        "os.forkpty",
+        "os.kill",
+        "os.killpg",
+        "subprocess.Popen",
+        "pty.spawn",
+        "socket.socket",
+        "socket.__new__",
+        "socket.connect",
+        "socket.bind",
+        "ctypes.dlopen",
+        "ctypes.dlsym",
+        "ctypes.cdata",
+        "os.symlink",
+        "os.link",
+    }
+    _PATH_EVENTS = {"open", "os.remove", "os.rename", "os.truncate", "os.chmod", "shutil.rmtree"}
+
+    def _guard(event, args):
+        if event in _BLOCKED_EVENTS:
+            raise PermissionError(f"chorus sandbox: {event} is not allowed in stimulus")
+        if event in _PATH_EVENTS and args:
+            target = str(args[0])
+            if target.endswith("coverage.dat"):
+                raise PermissionError("chorus sandbox: the coverage database is read-only")
+        if event == "import" and args and args[0] in ("ctypes", "_ctypes"):
+            raise PermissionError("chorus sandbox: ctypes is not allowed in stimulus")
+
+    sys.addaudithook(_guard)

@@ -1,0 +1,253 @@
+"""Run one untrusted cocotb stimulus against a prebuilt simulator, confined.
+
+Each candidate runs in its own child process (`python -m chorus.harness._child`) that,
+before any candidate code runs:
+- starts a new session (so the whole process tree can be killed),
+- enters a fresh network namespace with no interfaces up (no network at all),
+- sets rlimits: address space, CPU seconds, open files, processes, file size (caps the
+  log: a candidate printing gigabytes is stopped), no core dumps,
+- when started as root, drops to an unprivileged uid of its own (one per concurrent
+  slot) with no supplementary groups: the candidate cannot read root's files (~/.ssh),
+  write outside its temp dir and world-writable places, or signal the scorer, and the
+  process limit really applies (root ignores RLIMIT_NPROC).
+The child runs in an empty temp dir (removed afterwards) with an environment stripped to
+an allow-list. The parent enforces a wall-clock timeout and, when it ends, kills every
+process left in the session and every process of the sandbox uid.
+
+Without root, namespaces and the uid drop are skipped (rlimits, timeout, temp dir and
+stripped environment still apply): see docs/harness.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chorus.harness.coverage import read_coverage_dat
+from chorus.harness.toolchain import setup_verilator_env
+
+SANDBOX_UID_BASE = 61000
+SLOT_COUNT = 512
+SLOT_DIR = Path(tempfile.gettempdir()) / "chorus-sandbox-slots"
+STIMULUS_MODULE = "stimulus"
+LOG_NAME = "sim.log"
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    timeout_s: float = 60.0
+    mem_mb: int = 2048  # address space of every process in the sandbox
+    cpu_s: int | None = None  # default: timeout_s + 5
+    nproc: int = 64
+    fsize_mb: int = 64  # largest file the candidate may write (its log included)
+    nofile: int = 256
+    isolate_network: bool = True
+    drop_privileges: bool = True
+
+
+@dataclass
+class SandboxResult:
+    returncode: int | None
+    timed_out: bool
+    wall_s: float
+    log_tail: str
+    output_limited: bool
+    tests: int | None = None  # None: no results file (the simulation never finished)
+    failures: int = 0
+    failure_messages: list[str] = field(default_factory=list)
+    coverage: dict[str, tuple[int, int]] | None = None
+    network_isolated: bool = False
+    privileges_dropped: bool = False
+
+
+# -- uid slots ---------------------------------------------------------------------------
+@contextlib.contextmanager
+def _sandbox_slot():
+    """A slot number no other live candidate on this host holds (flock'd file)."""
+    SLOT_DIR.mkdir(mode=0o700, exist_ok=True)
+    start = os.getpid() % SLOT_COUNT
+    while True:
+        for offset in range(SLOT_COUNT):
+            slot = (start + offset) % SLOT_COUNT
+            handle = open(SLOT_DIR / f"{slot}.lock", "a")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            try:
+                yield slot
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+            return
+        time.sleep(0.05)
+
+
+def _processes_of_uid(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid == uid:
+                pids.append(int(entry))
+        except FileNotFoundError:
+            continue
+    return pids
+
+
+def _kill_everything(proc: subprocess.Popen, uid: int | None) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if uid is None:
+        return
+    # a candidate may fork, setsid and leave the session: the uid catches those too
+    for _ in range(20):
+        pids = _processes_of_uid(uid)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+
+
+def interpreter_reachable_by_others() -> bool:
+    """Whether an unprivileged uid can run this Python: every folder above the venv and
+    the base installation must be world-traversable (pyenv under a 0700 /root is not;
+    `make setup` fixes that with `chmod o+x` on the blocking folder)."""
+    for prefix in {Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parent}:
+        for folder in [prefix, *prefix.parents]:
+            if folder.exists() and not folder.stat().st_mode & 0o001:
+                return False
+    return True
+
+
+def _child_env(workdir: Path) -> dict[str, str]:
+    """Allow-list environment: no tokens, keys or user settings reach the candidate."""
+    env = {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+        "HOME": str(workdir),
+        "TMPDIR": str(workdir),
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": str(workdir),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "COCOTB_ANSI_OUTPUT": "0",
+    }
+    return setup_verilator_env(env)
+
+
+def _read_results(path: Path) -> tuple[int | None, int, list[str]]:
+    if not path.is_file():
+        return None, 0, []
+    try:
+        root = ElementTree.parse(path).getroot()
+    except ElementTree.ParseError:
+        return None, 0, []
+    tests = failures = 0
+    messages = []
+    for suite in root.iter("testsuite"):
+        tests += int(suite.get("tests", 0))
+        failures += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+    for case in root.iter("testcase"):
+        for problem in list(case.findall("failure")) + list(case.findall("error")):
+            messages.append(
+                f"{case.get('name')}: {problem.get('message') or (problem.text or '').strip()}"[:500]
+            )
+    if failures == 0:
+        failures = len(messages)
+    return tests, failures, messages
+
+
+def run_candidate(
+    stimulus_text: str,
+    build_dir: Path,
+    toplevel: str,
+    limits: SandboxLimits = SandboxLimits(),
+    seed: int = 0,
+) -> SandboxResult:
+    """Simulate `stimulus_text` (a cocotb test module) against the build in `build_dir`."""
+    use_root = limits.drop_privileges and os.geteuid() == 0 and interpreter_reachable_by_others()
+    slot_context = _sandbox_slot() if use_root else contextlib.nullcontext(None)
+    with slot_context as slot, tempfile.TemporaryDirectory(prefix="chorus-cand-") as tmp:
+        workdir = Path(tmp)
+        uid = SANDBOX_UID_BASE + slot if slot is not None else None
+        (workdir / f"{STIMULUS_MODULE}.py").write_text(stimulus_text)
+        job = {
+            "build_dir": str(build_dir),
+            "toplevel": toplevel,
+            "module": STIMULUS_MODULE,
+            "seed": seed,
+            "uid": uid,
+            "isolate_network": limits.isolate_network,
+            "limits": {
+                "mem_mb": limits.mem_mb,
+                "cpu_s": limits.cpu_s or int(limits.timeout_s) + 5,
+                "nproc": limits.nproc,
+                "fsize_mb": limits.fsize_mb,
+                "nofile": limits.nofile,
+            },
+        }
+        job_path = workdir / "job.json"
+        job_path.write_text(json.dumps(job))
+        if uid is not None:
+            for path in (workdir, *workdir.iterdir()):
+                os.chown(path, uid, uid)
+        log_path = workdir / LOG_NAME
+        start = time.monotonic()
+        with open(log_path, "wb") as log:
+            if uid is not None:
+                os.chown(log_path, uid, uid)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "chorus.harness._child", str(job_path)],
+                cwd=workdir,
+                env=_child_env(workdir),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            timed_out = False
+            try:
+                proc.wait(timeout=limits.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                _kill_everything(proc, uid)
+                proc.wait()
+        wall = time.monotonic() - start
+        log_size = log_path.stat().st_size
+        with open(log_path, "rb") as handle:
+            handle.seek(max(0, log_size - 3000))
+            log_tail = handle.read().decode(errors="replace")
+        output_limited = log_size >= limits.fsize_mb * 1024 * 1024 - 4096
+        tests, failures, messages = _read_results(workdir / "results.xml")
+        coverage_file = workdir / "coverage.dat"
+        coverage = read_coverage_dat(coverage_file) if coverage_file.is_file() else None
+        status_file = workdir / "confinement.json"
+        confinement = json.loads(status_file.read_text()) if status_file.is_file() else {}
+        return SandboxResult(
+            returncode=proc.returncode,
+            timed_out=timed_out,
+            wall_s=wall,
+            log_tail=log_tail,
+            output_limited=output_limited,
+            tests=tests,
+            failures=failures,
+            failure_messages=messages,
+            coverage=coverage,
+            network_isolated=bool(confinement.get("network_isolated")),
+            privileges_dropped=bool(confinement.get("privileges_dropped")),
+        )
