@@ -15,12 +15,37 @@ import sys
 from pathlib import Path
 
 CLONE_NEWNET = 0x40000000
+CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
+# world-writable places a candidate could otherwise write to
+SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 GUARD_DIR = Path(__file__).resolve().parent / "guard"
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source, target, fstype, flags, data) -> bool:
+    enc = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
+    return _libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) == 0
 
 
 def _isolate_network() -> bool:
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.unshare(CLONE_NEWNET) == 0
+    return _libc.unshare(CLONE_NEWNET) == 0
+
+
+def _read_only_tmp() -> bool:
+    """New mount namespace in which the shared temp folders are read-only (the
+    candidate's own folder lies elsewhere, see sandbox._workdir_parent; builds kept
+    under /tmp stay readable)."""
+    if _libc.unshare(CLONE_NEWNS) != 0:
+        return False
+    if not _mount(None, "/", None, MS_REC | MS_PRIVATE, None):
+        return False
+    ok = True
+    for folder in SHARED_TMP:
+        if os.path.isdir(folder) and not os.getcwd().startswith(folder + os.sep):
+            ok &= _mount(folder, folder, None, MS_BIND | MS_REC, None)
+            ok &= _mount(None, folder, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+    return ok
 
 
 def _set_limits(limits: dict) -> None:
@@ -43,9 +68,11 @@ def _drop_privileges(uid: int) -> None:
 
 
 def confine(job: dict) -> dict:
-    status = {"network_isolated": False, "privileges_dropped": False}
-    if job["isolate_network"] and os.geteuid() == 0:
-        status["network_isolated"] = _isolate_network()
+    status = {"network_isolated": False, "read_only_tmp": False, "privileges_dropped": False}
+    if os.geteuid() == 0:
+        if job["isolate_network"]:
+            status["network_isolated"] = _isolate_network()
+        status["read_only_tmp"] = _read_only_tmp()
     _set_limits(job["limits"])
     if job["uid"] is not None:
         _drop_privileges(job["uid"])
@@ -62,6 +89,11 @@ def main() -> int:
     from cocotb_tools.runner import get_runner
 
     runner = get_runner("verilator")
+    # The runner hands the simulator's Python this process's sys.path and environment:
+    # put the guard's sitecustomize first and switch it on for that Python only.
+    if job["guard"]:
+        sys.path.insert(0, str(GUARD_DIR))
+        os.environ["CHORUS_GUARD"] = "1"
     try:
         runner.test(
             test_module=job["module"],
@@ -70,11 +102,6 @@ def main() -> int:
             build_dir=job["build_dir"],
             test_dir=os.getcwd(),
             seed=job["seed"],
-            # the guard's sitecustomize is active only inside the simulator's Python
-            extra_env={
-                "PYTHONPATH": os.pathsep.join([str(GUARD_DIR), os.getcwd()]),
-                "CHORUS_GUARD": "1",
-            },
         )
     except SystemExit as exit_:
         return int(exit_.code or 0) if not isinstance(exit_.code, str) else 1

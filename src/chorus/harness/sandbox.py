@@ -53,6 +53,7 @@ class SandboxLimits:
     nofile: int = 256
     isolate_network: bool = True
     drop_privileges: bool = True
+    guard: bool = True  # audit-hook guard inside the simulator's Python (guard/)
 
 
 @dataclass
@@ -66,8 +67,7 @@ class SandboxResult:
     failures: int = 0
     failure_messages: list[str] = field(default_factory=list)
     coverage: dict[str, tuple[int, int]] | None = None
-    network_isolated: bool = False
-    privileges_dropped: bool = False
+    confinement: dict = field(default_factory=dict)
 
 
 # -- uid slots ---------------------------------------------------------------------------
@@ -92,6 +92,16 @@ def _sandbox_slot():
                 handle.close()
             return
         time.sleep(0.05)
+
+
+def _workdir_parent(as_root: bool) -> str:
+    """Candidates' folders: as root, outside the shared temp folders that the child
+    covers with private tmpfs mounts (node-local /run); otherwise the usual temp dir."""
+    if not as_root:
+        return tempfile.gettempdir()
+    parent = Path(os.environ.get("CHORUS_SANDBOX_DIR", "/run/chorus-sandbox"))
+    parent.mkdir(mode=0o711, parents=True, exist_ok=True)
+    return str(parent)
 
 
 def _processes_of_uid(uid: int) -> list[int]:
@@ -181,7 +191,9 @@ def run_candidate(
     """Simulate `stimulus_text` (a cocotb test module) against the build in `build_dir`."""
     use_root = limits.drop_privileges and os.geteuid() == 0 and interpreter_reachable_by_others()
     slot_context = _sandbox_slot() if use_root else contextlib.nullcontext(None)
-    with slot_context as slot, tempfile.TemporaryDirectory(prefix="chorus-cand-") as tmp:
+    with slot_context as slot, tempfile.TemporaryDirectory(
+        prefix="chorus-cand-", dir=_workdir_parent(use_root)
+    ) as tmp:
         workdir = Path(tmp)
         uid = SANDBOX_UID_BASE + slot if slot is not None else None
         (workdir / f"{STIMULUS_MODULE}.py").write_text(stimulus_text)
@@ -192,6 +204,7 @@ def run_candidate(
             "seed": seed,
             "uid": uid,
             "isolate_network": limits.isolate_network,
+            "guard": limits.guard,
             "limits": {
                 "mem_mb": limits.mem_mb,
                 "cpu_s": limits.cpu_s or int(limits.timeout_s) + 5,
@@ -248,6 +261,5 @@ def run_candidate(
             failures=failures,
             failure_messages=messages,
             coverage=coverage,
-            network_isolated=bool(confinement.get("network_isolated")),
-            privileges_dropped=bool(confinement.get("privileges_dropped")),
+            confinement=confinement,
         )

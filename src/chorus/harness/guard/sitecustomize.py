@@ -33,6 +33,19 @@ if os.environ.get("CHORUS_GUARD") == "1":
     }
     _PATH_EVENTS = {"open", "os.remove", "os.rename", "os.truncate", "os.chmod", "shutil.rmtree"}
 
+    _HOME = os.path.realpath(os.getcwd())
+    _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+
+    def _writes_outside_home(args):
+        path, mode, flags = (list(args) + [None, None, None])[:3]
+        if not isinstance(path, (str, bytes)):
+            return False  # an already open file descriptor
+        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+            isinstance(flags, int) and flags & _WRITE_FLAGS
+        )
+        target = os.path.realpath(os.fsdecode(path))
+        return bool(writing) and not (target == _HOME or target.startswith(_HOME + os.sep))
+
     def _guard(event, args):
         if event in _BLOCKED_EVENTS:
             raise PermissionError(f"chorus sandbox: {event} is not allowed in stimulus")
@@ -40,6 +53,8 @@ if os.environ.get("CHORUS_GUARD") == "1":
             target = str(args[0])
             if target.endswith("coverage.dat"):
                 raise PermissionError("chorus sandbox: the coverage database is read-only")
+        if event == "open" and _writes_outside_home(args):
+            raise PermissionError(f"chorus sandbox: writing outside the work folder: {args[0]}")
         if event == "import" and args and args[0] in ("ctypes", "_ctypes"):
             raise PermissionError("chorus sandbox: ctypes is not allowed in stimulus")
 
