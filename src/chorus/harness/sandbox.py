@@ -133,15 +133,20 @@ def _kill_everything(proc: subprocess.Popen, uid: int | None) -> None:
         time.sleep(0.02)
 
 
+def blocked_for_others(path: Path) -> Path | None:
+    """The first folder on the way to `path` that other users cannot traverse, if any."""
+    for folder in reversed([path, *path.parents]):
+        if folder.is_dir() and not folder.stat().st_mode & 0o001:
+            return folder
+    return None
+
+
 def interpreter_reachable_by_others() -> bool:
     """Whether an unprivileged uid can run this Python: every folder above the venv and
     the base installation must be world-traversable (pyenv under a 0700 /root is not;
     `make setup` fixes that with `chmod o+x` on the blocking folder)."""
-    for prefix in {Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parent}:
-        for folder in [prefix, *prefix.parents]:
-            if folder.exists() and not folder.stat().st_mode & 0o001:
-                return False
-    return True
+    prefixes = {Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parent}
+    return all(blocked_for_others(p) is None for p in prefixes)
 
 
 def _child_env(workdir: Path) -> dict[str, str]:
@@ -190,6 +195,11 @@ def run_candidate(
 ) -> SandboxResult:
     """Simulate `stimulus_text` (a cocotb test module) against the build in `build_dir`."""
     use_root = limits.drop_privileges and os.geteuid() == 0 and interpreter_reachable_by_others()
+    if use_root and (blocked := blocked_for_others(Path(build_dir).resolve())):
+        raise PermissionError(
+            f"the sandbox user cannot reach the build {build_dir}: {blocked} is not "
+            "world-traversable (keep the Verilator cache in a readable place, CHORUS_CACHE_DIR)"
+        )
     slot_context = _sandbox_slot() if use_root else contextlib.nullcontext(None)
     with slot_context as slot, tempfile.TemporaryDirectory(
         prefix="chorus-cand-", dir=_workdir_parent(use_root)
