@@ -1,0 +1,21 @@
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge, FallingEdge, Timer
+
+
+async def start(dut, **idle):
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value = 1
+    for name, value in idle.items():
+        getattr(dut, name).value = value
+    await ClockCycles(dut.clk, 2)
+    dut.rst.value = 0
+    await RisingEdge(dut.clk)
+
+
+@cocotb.test()
+async def all_ratios(dut):
+    await start(dut, sel=0)
+    for sel in (0, 1, 2, 3):
+        dut.sel.value = sel
+        await ClockCycles(dut.clk, 20)

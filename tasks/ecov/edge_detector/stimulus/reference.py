@@ -1,0 +1,22 @@
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge, FallingEdge, Timer
+
+
+async def start(dut, **idle):
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value = 1
+    for name, value in idle.items():
+        getattr(dut, name).value = value
+    await ClockCycles(dut.clk, 2)
+    dut.rst.value = 0
+    await RisingEdge(dut.clk)
+
+
+@cocotb.test()
+async def pulses(dut):
+    await start(dut, sig=0)
+    for value in (1, 1, 0, 0, 1, 0):
+        dut.sig.value = value
+        await RisingEdge(dut.clk)
+    await ClockCycles(dut.clk, 2)
