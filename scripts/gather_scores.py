@@ -15,6 +15,10 @@ with script_logging(snakemake):
             f"missing {sorted(expected - scored)[:5]}, unexpected {sorted(scored - expected)[:5]}"
         )
     table = pd.DataFrame(rows).sort_values(["task_id", "sample_id"])
+    first = ["task_id", "sample_id", "passed", "score", "status"]
+    coverage = sorted(c for c in table.columns if c.startswith("cov_"))
+    rest = [c for c in table.columns if c not in first and c not in coverage]
+    table = table[first + coverage + rest]
     table.insert(0, "model", snakemake.params.model)
     atomic_write_text(snakemake.output.table, table.to_csv(index=False))
     print(f"{len(table)} samples, {int(table['passed'].sum())} passing")

@@ -141,12 +141,28 @@ def blocked_for_others(path: Path) -> Path | None:
     return None
 
 
+def _interpreter_paths() -> set[Path]:
+    return {Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parent}
+
+
 def interpreter_reachable_by_others() -> bool:
     """Whether an unprivileged uid can run this Python: every folder above the venv and
     the base installation must be world-traversable (pyenv under a 0700 /root is not;
-    `make setup` fixes that with `chmod o+x` on the blocking folder)."""
-    prefixes = {Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parent}
-    return all(blocked_for_others(p) is None for p in prefixes)
+    `make setup` fixes that with grant_traversal)."""
+    return all(blocked_for_others(p) is None for p in _interpreter_paths())
+
+
+def grant_traversal() -> list[Path]:
+    """As root, add o+x (traverse, not list or read) to the folders that keep the sandbox
+    user from this Python; returns the folders changed."""
+    changed = []
+    if os.geteuid() != 0:
+        return changed
+    for path in _interpreter_paths():
+        while (blocked := blocked_for_others(path)) is not None:
+            blocked.chmod(blocked.stat().st_mode | 0o001)
+            changed.append(blocked)
+    return changed
 
 
 def _child_env(workdir: Path) -> dict[str, str]:
