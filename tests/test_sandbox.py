@@ -93,9 +93,11 @@ def test_shell_command_cannot_touch_the_host(task, cache, guard, tmp_path):
 
 
 @pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
-@pytest.mark.parametrize("target", ["/tmp", "repo"])
+@pytest.mark.parametrize("target", ["/tmp", "repo", "/run/lock", "/dev/shm"])
 def test_writing_outside_the_temp_dir_fails(task, cache, guard, target):
-    folder = Path("/tmp") if target == "/tmp" else Path(__file__).parent
+    folder = Path(__file__).parent if target == "repo" else Path(target)
+    if not folder.is_dir():
+        pytest.skip(f"no {folder} here")
     victim = folder / f"chorus-written-{os.getpid()}-{guard}.txt"
     result = run(task, cache, f"    open({str(victim)!r}, 'w').write('x')\n", guard=guard)
     try:
@@ -103,6 +105,25 @@ def test_writing_outside_the_temp_dir_fails(task, cache, guard, target):
         assert result.status == "runtime_error"
     finally:
         victim.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
+def test_forged_coverage_database_scores_nothing(task, cache, guard):
+    """A stimulus that writes its own coverage.dat (and write-protects it so the simulator
+    cannot replace it) gains nothing: the guard refuses the write, and without the guard
+    the scorer counts only points the compiled design declares (the build's universe)."""
+    fake = "# SystemC::Coverage-3\nC '\x01page\x02v_line/fx_counter\x01l\x02999' 5\n"
+    body = (
+        f"    open('forged.tmp', 'w').write({fake!r})\n"
+        "    os.chmod('forged.tmp', 0o444)\n"
+        "    os.replace('forged.tmp', 'coverage.dat')\n"
+    )
+    # (a write-protected coverage.dat makes the simulator's final write fail and hang)
+    result = run(task, cache, body, guard=guard, timeout_s=6)
+    assert not result.passed and result.score < 1
+    assert result.coverage.get("line", 0.0) < 1.0
+    if guard:
+        assert result.status == "runtime_error" and "read-only" in result.detail
 
 
 @pytest.mark.skipif(not AS_ROOT, reason="reading root's files is only refused by the uid drop")
@@ -145,7 +166,7 @@ def test_no_network(task, cache, guard):
 @pytest.mark.skipif(not AS_ROOT, reason="the process limit binds only after the uid drop")
 @pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
 def test_fork_bomb_is_contained(task, cache, guard):
-    result = run(task, cache, "    while True:\n        os.fork()\n", guard=guard, timeout_s=10)
+    result = run(task, cache, "    while True:\n        os.fork()\n", guard=guard, timeout_s=5)
     assert not result.passed and result.status in ("runtime_error", "timeout")
     assert_scorer_still_works(task, cache)
 

@@ -18,6 +18,9 @@ def _limits(args) -> SandboxLimits:
 def _add_limit_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate")
     parser.add_argument("--mem-mb", type=int, default=2048, help="address-space limit per candidate")
+    parser.add_argument(
+        "--cache-dir", type=Path, default=None, help="Verilator build cache (default: $CHORUS_CACHE_DIR or .cache/verilator)"
+    )
 
 
 def score_main(argv: list[str] | None = None) -> int:
@@ -28,11 +31,23 @@ def score_main(argv: list[str] | None = None) -> int:
     parser.add_argument("stimulus", type=Path, help="the stimulus (or a model completion holding it)")
     _add_limit_args(parser)
     args = parser.parse_args(argv)
-    from chorus.prompts import extract_stimulus
+    from chorus.harness.score import _stimulus_extractor
 
-    result = score(load_task(args.task_dir), extract_stimulus(args.stimulus.read_text()), limits=_limits(args))
+    extract = _stimulus_extractor()
+    result = score(
+        load_task(args.task_dir), extract(args.stimulus.read_text()), limits=_limits(args), cache_dir=args.cache_dir
+    )
     print(json.dumps(result.to_dict(), indent=2))
     return 0 if result.passed else 1
+
+
+BASE_COLUMNS = ["task_id", "sample_id", "passed", "score", "status"]
+
+
+def _columns(results: list[dict]) -> list[str]:
+    """ids and verdict first, then one cov_<metric> column per metric seen, then timing."""
+    metrics = sorted({k for r in results for k in r if k.startswith("cov_")})
+    return BASE_COLUMNS + metrics + ["sim_time_s", "detail"]
 
 
 def eval_main(argv: list[str] | None = None) -> int:
@@ -45,6 +60,15 @@ def eval_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generations", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True, help="table: .csv or .parquet")
     parser.add_argument("--workers", type=int, default=None, help="parallel sandboxes (default: all cores)")
+    parser.add_argument(
+        "--resume",
+        "--append",
+        dest="resume",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep the results of an interrupted run (the <out>.jsonl.partial sidecar) and simulate "
+        "only the missing samples (default); --no-resume starts afresh",
+    )
     _add_limit_args(parser)
     args = parser.parse_args(argv)
     import pandas as pd
@@ -57,9 +81,17 @@ def eval_main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"generations name unknown task(s): {unknown}")
     results = score_generations(
-        rows, tasks, args.out.with_suffix(".jsonl"), workers=args.workers, limits=_limits(args)
+        rows,
+        tasks,
+        args.out.with_suffix(".jsonl"),
+        workers=args.workers,
+        limits=_limits(args),
+        cache_dir=args.cache_dir,
+        resume=args.resume,
     )
-    table = pd.DataFrame(results)
+    table = pd.DataFrame(results, columns=_columns(results))
+    if len({type(v) for v in table["sample_id"]}) > 1:  # mixed int/str ids: one type for parquet
+        table["sample_id"] = table["sample_id"].astype(str)
     if args.out.suffix == ".parquet":
         table.to_parquet(args.out, index=False)
     else:

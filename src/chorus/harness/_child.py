@@ -18,7 +18,7 @@ CLONE_NEWNET = 0x40000000
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
 # world-writable places a candidate could otherwise write to
-SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 GUARD_DIR = Path(__file__).resolve().parent / "guard"
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -32,20 +32,54 @@ def _isolate_network() -> bool:
     return _libc.unshare(CLONE_NEWNET) == 0
 
 
-def _read_only_tmp() -> bool:
-    """New mount namespace in which the shared temp folders are read-only (the
-    candidate's own folder lies elsewhere, see sandbox._workdir_parent; builds kept
-    under /tmp stay readable)."""
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+SYS_MOUNT_SETATTR = 442  # the same number on every architecture (generic syscall table)
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
+
+
+def _set_read_only(path: str, read_only: bool, recursive: bool = True) -> bool:
+    attr = _MountAttr(MOUNT_ATTR_RDONLY if read_only else 0, 0 if read_only else MOUNT_ATTR_RDONLY, 0, 0)
+    flags = AT_RECURSIVE if recursive else 0
+    call = _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), flags, ctypes.byref(attr), ctypes.sizeof(attr))
+    return call == 0
+
+
+def _read_only_filesystem() -> str:
+    """New mount namespace in which every mount is read-only except the candidate's own
+    folder (the cwd): the candidate can write nowhere else, whatever the permissions of
+    world-writable folders (/tmp, /var/tmp, /dev/shm, /run/lock, ...). The /dev mount
+    (not its sub-mounts) stays writable, for /dev/null and friends. Needs mount_setattr (Linux >= 5.12); older kernels get
+    the shared temp folders read-only only. Returns "all", "shared_tmp" or ""."""
     if _libc.unshare(CLONE_NEWNS) != 0:
-        return False
+        return ""
     if not _mount(None, "/", None, MS_REC | MS_PRIVATE, None):
-        return False
+        return ""
+    workdir = os.getcwd()
+    # the folder becomes a mount of its own, so it can stay writable below a read-only /
+    if not _mount(workdir, workdir, None, MS_BIND, None):
+        return ""
+    if _set_read_only("/", True):
+        # /dev itself stays writable (opening /dev/null for writing needs it); its
+        # sub-mounts (/dev/shm) stay read-only and only root may create nodes in /dev
+        if _set_read_only(workdir, False) and (not os.path.ismount("/dev") or _set_read_only("/dev", False, False)):
+            os.chdir(workdir)  # re-resolve the cwd through the new mount
+            return "all"
+        _set_read_only("/", False)
     ok = True
     for folder in SHARED_TMP:
-        if os.path.isdir(folder) and not os.getcwd().startswith(folder + os.sep):
+        if os.path.isdir(folder) and not workdir.startswith(folder + os.sep):
             ok &= _mount(folder, folder, None, MS_BIND | MS_REC, None)
             ok &= _mount(None, folder, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
-    return ok
+    os.chdir(workdir)
+    return "shared_tmp" if ok else ""
 
 
 def _set_limits(limits: dict) -> None:
@@ -68,11 +102,11 @@ def _drop_privileges(uid: int) -> None:
 
 
 def confine(job: dict) -> dict:
-    status = {"network_isolated": False, "read_only_tmp": False, "privileges_dropped": False}
+    status = {"network_isolated": False, "read_only_fs": "", "privileges_dropped": False}
     if os.geteuid() == 0:
         if job["isolate_network"]:
             status["network_isolated"] = _isolate_network()
-        status["read_only_tmp"] = _read_only_tmp()
+        status["read_only_fs"] = _read_only_filesystem()
     _set_limits(job["limits"])
     if job["uid"] is not None:
         _drop_privileges(job["uid"])

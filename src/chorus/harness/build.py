@@ -11,11 +11,15 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
+from chorus.harness.coverage import coverage_universe
 from chorus.harness.toolchain import setup_verilator_env, verilator_version
 from chorus.tasks import Task
 
@@ -68,32 +72,103 @@ def _make_world_readable(root: Path) -> None:
             path.chmod(path.stat().st_mode | 0o444 | (0o111 if os.access(path, os.X_OK) else 0))
 
 
-def ensure_build(task: Task, cache_dir: str | Path | None = None) -> Path:
+POINTS_MANIFEST = "points.json"
+EMPTY_TEST = "chorus_empty_test"
+
+
+def _failure_record(cache_dir: Path, key: str) -> Path:
+    return cache_dir / f"{key}.failed"
+
+
+def ensure_build(task: Task, cache_dir: str | Path | None = None, retry_failed: bool = False) -> Path:
     """Return the folder holding the compiled simulator for `task`'s design, building it
-    on first use. Raises BuildError when the RTL does not compile."""
+    on first use. Raises BuildError when the RTL does not compile.
+
+    A failed compilation is remembered (`<key>.failed`, holding the log), so the
+    thousands of candidates of a broken design do not each rebuild it; pass
+    `retry_failed=True` (or delete the file) to try again.
+    """
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
-    cache_dir.chmod(0o755)
-    final = cache_dir / build_key(task)
-    if (final / "BUILD_OK").exists():
+    with contextlib.suppress(PermissionError):  # a shared cache owned by someone else
+        cache_dir.chmod(0o755)
+    key = build_key(task)
+    final = cache_dir / key
+    if (final / "BUILD_OK").exists() and (final / POINTS_MANIFEST).exists():
         return final
-    with _locked(cache_dir / f"{final.name}.lock"):
+    failed = _failure_record(cache_dir, key)
+    if failed.exists() and not retry_failed:
+        raise BuildError(f"Verilator build of {task.id} failed (cached: {failed})", failed.read_text())
+    with _locked(cache_dir / f"{key}.lock"):
         if (final / "BUILD_OK").exists():  # built by someone else while we waited
+            if not (final / POINTS_MANIFEST).exists():  # a build from before manifests
+                _write_points_manifest(task, final)
             return final
-        staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=cache_dir))
+        if failed.exists() and not retry_failed:
+            raise BuildError(f"Verilator build of {task.id} failed (cached: {failed})", failed.read_text())
+        # we hold the lock: staging folders of this key are leftovers of killed builders
+        for stale in cache_dir.glob(f".{key}.*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_dir))
         log_path = staging / "build.log"
         try:
             _run_build(task, staging, log_path)
         except Exception as err:
             log = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
             shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(err, subprocess.CalledProcessError):  # Verilator said no: remember
+                _atomic_write(failed, f"{err}\n{log}")
             raise BuildError(f"Verilator build of {task.id} failed: {err}", log) from err
+        _write_points_manifest(task, staging)
         (staging / "BUILD_OK").write_text(verilator_version() + "\n")
         _make_world_readable(staging)
         if final.exists():  # a stale, unfinished folder from a killed build
             shutil.rmtree(final, ignore_errors=True)
         os.rename(staging, final)
+        failed.unlink(missing_ok=True)
     return final
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o644)
+    os.replace(tmp, path)
+
+
+def load_points_manifest(build_dir: Path) -> dict[str, list[str]] | None:
+    """Metric -> point ids the compiled design declares (None for an old build)."""
+    path = Path(build_dir) / POINTS_MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _write_points_manifest(task: Task, build_dir: Path) -> None:
+    """Simulate an empty test (our own code, no candidate) once and record every point
+    the design declares: the fixed denominators of the coverage fractions."""
+    setup_verilator_env()
+    from cocotb_tools.runner import get_runner
+
+    with tempfile.TemporaryDirectory(prefix=".points.", dir=build_dir.parent) as tmp:
+        run_dir = Path(tmp)
+        (run_dir / f"{EMPTY_TEST}.py").write_text(
+            "import cocotb\n\n\n@cocotb.test()\nasync def empty(dut):\n    pass\n"
+        )
+        sys.path.insert(0, str(run_dir))
+        try:
+            get_runner("verilator").test(
+                test_module=EMPTY_TEST,
+                hdl_toplevel=task.toplevel,
+                hdl_toplevel_lang="verilog",
+                build_dir=str(build_dir),
+                test_dir=str(run_dir),
+                log_file=str(run_dir / "sim.log"),
+            )
+        finally:
+            sys.path.remove(str(run_dir))
+        dat = run_dir / "coverage.dat"
+        if not dat.is_file():
+            raise BuildError(f"the empty simulation of {task.id} wrote no coverage.dat")
+        _atomic_write(build_dir / POINTS_MANIFEST, json.dumps(coverage_universe(dat)))
 
 
 def _run_build(task: Task, build_dir: Path, log_path: Path) -> None:

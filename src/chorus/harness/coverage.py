@@ -44,18 +44,52 @@ def read_coverage_points(path: str | Path) -> dict[tuple, int]:
     return points
 
 
-def read_coverage_dat(path: str | Path) -> dict[str, tuple[int, int]]:
-    """Metric -> (points hit, points total)."""
+def point_metric(key: tuple) -> str | None:
+    page = dict(key).get("page", "")
+    return PAGE_TO_METRIC.get(page.split("/", 1)[0])
+
+
+def point_id(key: tuple) -> str:
+    """A point's identity as one string (what a build's points manifest stores)."""
+    return "\x01".join(f"{k}\x02{v}" for k, v in key)
+
+
+def read_coverage_dat(
+    path: str | Path, universe: dict[str, list[str]] | None = None
+) -> dict[str, tuple[int, int]]:
+    """Metric -> (points hit, points total).
+
+    `universe` (metric -> point ids, the build's manifest: every point the compiled
+    design declares, see build.py) fixes the denominators: points missing from the file
+    count as not hit and points the design does not declare are ignored, so a forged or
+    truncated coverage.dat cannot raise the fractions.
+    """
+    points = read_coverage_points(path)
+    if universe is not None:
+        counts = {point_id(key): count for key, count in points.items()}
+        return {
+            metric: (sum(counts.get(pid, 0) > 0 for pid in ids), len(ids))
+            for metric, ids in universe.items()
+        }
     totals: dict[str, list[int]] = {}
-    for key, count in read_coverage_points(path).items():
-        page = dict(key).get("page", "")
-        metric = PAGE_TO_METRIC.get(page.split("/", 1)[0])
+    for key, count in points.items():
+        metric = point_metric(key)
         if metric is None:
             continue
         hit_total = totals.setdefault(metric, [0, 0])
         hit_total[1] += 1
         hit_total[0] += count > 0
     return {metric: (hit, total) for metric, (hit, total) in totals.items()}
+
+
+def coverage_universe(path: str | Path) -> dict[str, list[str]]:
+    """Metric -> sorted point ids declared in a coverage.dat (of any run, e.g. an empty one)."""
+    universe: dict[str, list[str]] = {}
+    for key in read_coverage_points(path):
+        metric = point_metric(key)
+        if metric is not None:
+            universe.setdefault(metric, []).append(point_id(key))
+    return {metric: sorted(ids) for metric, ids in universe.items()}
 
 
 def coverage_fractions(counts: dict[str, tuple[int, int]]) -> dict[str, float]:

@@ -33,6 +33,7 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chorus.harness.build import load_points_manifest
 from chorus.harness.coverage import read_coverage_dat
 from chorus.harness.toolchain import setup_verilator_env
 
@@ -274,9 +275,13 @@ def run_candidate(
         output_limited = log_size >= limits.fsize_mb * 1024 * 1024 - 4096
         tests, failures, messages = _read_results(workdir / "results.xml")
         coverage_file = workdir / "coverage.dat"
-        coverage = read_coverage_dat(coverage_file) if coverage_file.is_file() else None
-        status_file = workdir / "confinement.json"
-        confinement = json.loads(status_file.read_text()) if status_file.is_file() else {}
+        coverage = (
+            read_coverage_dat(coverage_file, load_points_manifest(build_dir)) if coverage_file.is_file() else None
+        )
+        try:
+            confinement = json.loads((workdir / "confinement.json").read_text())
+        except (OSError, ValueError):
+            confinement = {}
         return SandboxResult(
             returncode=proc.returncode,
             timed_out=timed_out,

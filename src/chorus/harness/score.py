@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -83,11 +85,13 @@ def score(
         build_dir = ensure_build(task, cache_dir)
     except BuildError as err:
         return SimResult(task.id, False, 0.0, "build_error", detail=f"{err}\n{err.log[-1500:]}")
+    except Exception as err:  # cache folder unusable, toolchain missing, ...
+        return SimResult(task.id, False, 0.0, "build_error", detail=f"build failed: {err!r}")
     try:
         run = run_candidate(stimulus_text, build_dir, task.toplevel, limits or SandboxLimits(), seed)
+        return judge(task, run)
     except Exception as err:  # the sandbox itself failed: report, never crash the caller
         return SimResult(task.id, False, 0.0, "sandbox_error", detail=repr(err))
-    return judge(task, run)
 
 
 def judge(task: Task, run) -> SimResult:
@@ -158,8 +162,29 @@ def score_many(
 def _prebuild(task: Task, cache_dir) -> None:
     try:
         ensure_build(task, cache_dir)
-    except BuildError:
+    except Exception:
         pass  # reported per candidate by score()
+
+
+def sample_seed(sample_id) -> int:
+    """A simulator seed per sample: the id itself when it is an integer, else a hash."""
+    try:
+        return int(sample_id) & 0x7FFFFFFF
+    except (TypeError, ValueError):
+        return zlib.crc32(str(sample_id).encode()) & 0x7FFFFFFF
+
+
+def _stimulus_extractor():
+    """chorus.prompts.extract_stimulus (model text -> code) when available, else identity."""
+    try:
+        from chorus.prompts import extract_stimulus
+    except ImportError:
+        return lambda text: text
+    return extract_stimulus
+
+
+def _sample_key(row: dict) -> tuple[str, str]:
+    return (str(row["task_id"]), str(row["sample_id"]))
 
 
 def score_generations(
@@ -170,42 +195,59 @@ def score_generations(
     workers: int | None = None,
     limits: SandboxLimits | None = None,
     cache_dir: str | Path | None = None,
-    batch_size: int | None = None,
+    resume: bool = True,
 ) -> list[dict]:
     """Score generation rows ({task_id, sample_id, completion}) and write one result row
     per sample to `out_jsonl`.
 
-    Results are appended to `<out_jsonl>.partial` as each batch finishes, so a killed
-    run resumes without re-simulating finished samples; `out_jsonl` itself appears
-    (atomically) only once every row has its result.
+    Each result is appended to the sidecar `<out_jsonl>.partial` (flushed and fsynced)
+    the moment its sandbox finishes, so a killed run resumes (`resume=True`) without
+    re-simulating finished samples; a torn last line is ignored. `out_jsonl` itself
+    appears (atomically) only once every row has its result, in the order of `rows`.
     """
     from chorus.io import read_jsonl, write_jsonl
-    from chorus.prompts import extract_stimulus
 
+    extract = _stimulus_extractor()
     out_jsonl = Path(out_jsonl)
     partial = out_jsonl.with_name(out_jsonl.name + ".partial")
-    done = {(r["task_id"], r["sample_id"]): r for r in read_jsonl(partial)}
-    todo = [r for r in rows if (r["task_id"], r["sample_id"]) not in done]
+    if not resume:
+        partial.unlink(missing_ok=True)
+    wanted = {_sample_key(r) for r in rows}
+    done = {_sample_key(r): r for r in read_jsonl(partial) if _sample_key(r) in wanted}
+    todo: dict[tuple[str, str], dict] = {}  # a duplicated sample simulates once
+    for row in rows:
+        if _sample_key(row) not in done:
+            todo.setdefault(_sample_key(row), row)
+    todo = list(todo.values())
     workers = workers or default_workers()
-    batch_size = batch_size or max(1, workers * 4)
     out_jsonl.parent.mkdir(parents=True, exist_ok=True)
-    with open(partial, "a") as sidecar:
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
-            results = score_many(
-                [(tasks[r["task_id"]], extract_stimulus(r["completion"])) for r in batch],
-                workers=workers,
-                limits=limits,
-                cache_dir=cache_dir,
-                seeds=[int(r["sample_id"]) for r in batch],
-            )
-            for row, result in zip(batch, results):
-                record = flatten_result(row, result)
-                done[(row["task_id"], row["sample_id"])] = record
-                sidecar.write(json.dumps(record, sort_keys=True) + "\n")
+    for task in {tasks[r["task_id"]].design_hash(): tasks[r["task_id"]] for r in todo}.values():
+        _prebuild(task, cache_dir)
+    lock = threading.Lock()
+
+    def run(row: dict) -> None:
+        result = score(
+            tasks[row["task_id"]],
+            extract(row["completion"] or ""),
+            limits=limits,
+            cache_dir=cache_dir,
+            seed=sample_seed(row["sample_id"]),
+        )
+        record = flatten_result(row, result)
+        with lock:
+            done[_sample_key(row)] = record
+            sidecar.write(json.dumps(record, sort_keys=True) + "\n")
             sidecar.flush()
             os.fsync(sidecar.fileno())
-    ordered = [done[(r["task_id"], r["sample_id"])] for r in rows]
+
+    torn = partial.exists() and partial.stat().st_size and not partial.read_bytes().endswith(b"\n")
+    with open(partial, "a") as sidecar:
+        if torn:
+            sidecar.write("\n")  # a previous run died mid-line: start on a fresh one
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for future in [pool.submit(run, row) for row in todo]:
+                future.result()
+    ordered = [done[_sample_key(r)] for r in rows]
     write_jsonl(out_jsonl, ordered)
     partial.unlink(missing_ok=True)
     return ordered

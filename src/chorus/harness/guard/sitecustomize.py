@@ -31,7 +31,25 @@ if os.environ.get("CHORUS_GUARD") == "1":
         "os.symlink",
         "os.link",
     }
-    _PATH_EVENTS = {"open", "os.remove", "os.rename", "os.truncate", "os.chmod", "shutil.rmtree"}
+    _PATH_EVENTS = {
+        "open",
+        "os.remove",
+        "os.rename",
+        "os.truncate",
+        "os.chmod",
+        "os.chown",
+        "os.utime",
+        "shutil.rmtree",
+        "shutil.move",
+        "shutil.copyfile",
+    }
+    # what the score is read from: written by the simulator and cocotb, never by stimulus
+    # (results.xml is not listed: cocotb writes it from this very process at the end)
+    _PROTECTED = ("coverage.dat", "confinement.json")
+
+    def _protected(path):
+        name = os.path.basename(os.path.normpath(os.fsdecode(path)))
+        return name in _PROTECTED
 
     _HOME = os.path.realpath(os.getcwd())
     _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
@@ -50,10 +68,13 @@ if os.environ.get("CHORUS_GUARD") == "1":
         if event in _BLOCKED_EVENTS:
             raise PermissionError(f"chorus sandbox: {event} is not allowed in stimulus")
         if event in _PATH_EVENTS and args:
-            target = str(args[0])
-            if target.endswith("coverage.dat"):
-                raise PermissionError("chorus sandbox: the coverage database is read-only")
-        if event == "open" and _writes_outside_home(args):
+            # every path argument: os.rename/os.replace("forged", "coverage.dat") too
+            for arg in args[:2]:
+                if isinstance(arg, (str, bytes, os.PathLike)) and _protected(arg):
+                    raise PermissionError("chorus sandbox: the simulator's result files are read-only")
+        if event == "open" and args and isinstance(args[0], int):
+            pass  # an already open descriptor
+        elif event == "open" and _writes_outside_home(args):
             raise PermissionError(f"chorus sandbox: writing outside the work folder: {args[0]}")
         if event == "import" and args and args[0] in ("ctypes", "_ctypes"):
             raise PermissionError("chorus sandbox: ctypes is not allowed in stimulus")
