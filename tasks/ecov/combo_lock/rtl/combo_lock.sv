@@ -31,4 +31,10 @@ module combo_lock (
       end
     end
   end
+  // interesting sequences (SystemVerilog cover points, collected with --coverage-user)
+  cover_open_after_fail: cover property (@(posedge clk) disable iff (rst)
+      key_valid && !lockout && !open && pos == 2'd3 && key == 4'd1 && fails != 2'd0);
+  cover_restart_on_3: cover property (@(posedge clk) disable iff (rst)
+      key_valid && !lockout && !open && pos != 2'd0 && key != expected && key == 4'd3);
+  cover_key_in_lockout: cover property (@(posedge clk) disable iff (rst) key_valid && lockout);
 endmodule

@@ -18,6 +18,10 @@ async def align_armed(dut):
     await start(dut, run=0, arm=0)
     dut.run.value = 1
     dut.arm.value = 1
-    await ClockCycles(dut.clk, 75)
+    await ClockCycles(dut.clk, 40)
+    dut.arm.value = 0               # an unarmed alignment
+    await ClockCycles(dut.clk, 35)
+    dut.arm.value = 1
+    await ClockCycles(dut.clk, 35 * 16)   # saturate event_count
     dut.run.value = 0
     await ClockCycles(dut.clk, 2)

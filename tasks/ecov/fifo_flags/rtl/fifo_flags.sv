@@ -48,4 +48,10 @@ module fifo_flags (
   assign empty = (count == 3'd0);
   assign almost_full = (count == 3'd3);
   assign almost_empty = (count == 3'd1);
+  // corner cases (SystemVerilog cover points, collected with --coverage-user)
+  cover_push_pop_full: cover property (@(posedge clk) disable iff (rst) full && push && pop);
+  cover_push_full: cover property (@(posedge clk) disable iff (rst) full && push && !pop);
+  cover_push_pop_empty: cover property (@(posedge clk) disable iff (rst) empty && push && pop);
+  cover_fill_last: cover property (@(posedge clk) disable iff (rst) almost_full && push && !pop);
+  cover_drain_last: cover property (@(posedge clk) disable iff (rst) almost_empty && pop && !push);
 endmodule

@@ -12,11 +12,16 @@ module regfile_bypass (
       regs[waddr] <= wdata;
     end
   end
-  function automatic logic [7:0] read(input logic [1:0] addr);
-    if (addr == 2'd0) return 8'd0;
-    else if (we && addr == waddr) return wdata;
-    else return regs[addr];
-  endfunction
-  assign rdata_a = read(raddr_a);
-  assign rdata_b = read(raddr_b);
+  // read port A: register 0 is hard-wired to zero, a same-cycle write is forwarded
+  always_comb begin
+    if (raddr_a == 2'd0) rdata_a = 8'd0;
+    else if (we && raddr_a == waddr) rdata_a = wdata;
+    else rdata_a = regs[raddr_a];
+  end
+  // read port B: same rules as port A
+  always_comb begin
+    if (raddr_b == 2'd0) rdata_b = 8'd0;
+    else if (we && raddr_b == waddr) rdata_b = wdata;
+    else rdata_b = regs[raddr_b];
+  end
 endmodule

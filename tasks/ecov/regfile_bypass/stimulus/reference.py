@@ -23,7 +23,14 @@ async def write_read_bypass(dut):
         dut.raddr_a.value = addr
         dut.raddr_b.value = (addr + 1) % 4
         await RisingEdge(dut.clk)
+    for addr in (3, 2, 1, 0):       # port B forwards the word being written
+        dut.waddr.value = addr
+        dut.wdata.value = 0xFF if addr % 2 else 0x00
+        dut.raddr_b.value = addr
+        dut.raddr_a.value = (addr + 2) % 4
+        await RisingEdge(dut.clk)
     dut.we.value = 0
     for addr in (0, 1, 2, 3):
         dut.raddr_a.value = addr
+        dut.raddr_b.value = 3 - addr
         await RisingEdge(dut.clk)

@@ -28,4 +28,9 @@ module watchdog_window (
       end
     end
   end
+  // window boundaries (SystemVerilog cover points, collected with --coverage-user)
+  cover_kick_first: cover property (@(posedge clk) disable iff (rst) !fault && kick && phase == 6'd10);
+  cover_kick_last: cover property (@(posedge clk) disable iff (rst) !fault && kick && phase == 6'd20);
+  cover_kick_too_early: cover property (@(posedge clk) disable iff (rst) !fault && kick && phase == 6'd9);
+  cover_kick_too_late: cover property (@(posedge clk) disable iff (rst) !fault && kick && phase == 6'd21);
 endmodule

@@ -13,29 +13,36 @@ async def start(dut, **idle):
     await RisingEdge(dut.clk)
 
 
-async def kick_at(dut, cycles):
-    await ClockCycles(dut.clk, cycles)
+async def kick_at_phase(dut, phase):
+    """Kick on the rising edge where the watchdog shows `phase` (driven at falling edges)."""
+    await FallingEdge(dut.clk)
+    while int(dut.phase.value) != phase:
+        await FallingEdge(dut.clk)
     dut.kick.value = 1
-    await RisingEdge(dut.clk)
+    await FallingEdge(dut.clk)
     dut.kick.value = 0
 
 
 @cocotb.test()
-async def valid_then_early(dut):
+async def window_edges_then_early(dut):
     await start(dut, kick=0)
-    await kick_at(dut, 14)
-    await kick_at(dut, 3)
+    await kick_at_phase(dut, 10)    # first cycle of the window
+    await kick_at_phase(dut, 20)    # last cycle of the window
+    await kick_at_phase(dut, 9)     # one cycle too early: fault
     await ClockCycles(dut.clk, 3)
+    assert int(dut.early.value) == 1
 
 
 @cocotb.test()
 async def late_kick(dut):
     await start(dut, kick=0)
-    await kick_at(dut, 24)
+    await kick_at_phase(dut, 21)    # one cycle too late: fault
     await ClockCycles(dut.clk, 3)
+    assert int(dut.late.value) == 1
 
 
 @cocotb.test()
 async def timeout(dut):
     await start(dut, kick=0)
     await ClockCycles(dut.clk, 40)
+    assert int(dut.late.value) == 1
