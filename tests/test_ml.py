@@ -1,78 +1,209 @@
-"""Training, merging and sampling on a tiny model the project builds itself."""
+"""Training, merging and sampling on a tiny model the project builds itself from the
+shipped tasks (no hub access: HF_HUB_OFFLINE=1)."""
 
 import json
+import os
 
-import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from chorus.data import build_stage_dataset
-from chorus.generate import sample_completions
-from chorus.io import read_jsonl
-from chorus.merge import run_merge, write_mergekit_config
-from chorus.metrics import pass_at_k
-from chorus.modeling import build_tiny_model, task_corpus
-from chorus.rl import CoverageReward, format_reward, train_expert
-from chorus.sft import train_stage
-from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
+
+from chorus.data import build_stage, build_stage_dataset, verified_rows  # noqa: E402
+from chorus.generate import sample_completions  # noqa: E402
+from chorus.io import read_jsonl, write_jsonl  # noqa: E402
+from chorus.merge import run_merge, write_mergekit_config  # noqa: E402
+from chorus.metrics import pass_at_k, per_task_metrics, summarize  # noqa: E402
+from chorus.modeling import (  # noqa: E402
+    build_model_from_shape,
+    build_tiny_model,
+    load_model_and_tokenizer,
+    load_tokenizer,
+    task_corpus,
+    train_tokenizer,
+)
+from chorus.prompts import build_prompt, extract_stimulus, render_prompt  # noqa: E402
+from chorus.rl import CoverageReward, format_reward, train_expert  # noqa: E402
+from chorus.sft import train_stage, work_dir_for  # noqa: E402
+from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks  # noqa: E402
 
 TRAIN = load_tasks(DEFAULT_TASK_ROOT, splits="train")
+TINY = dict(hidden_size=32, num_layers=1, num_heads=2, vocab_size=512)
 
 
 def weights(path):
     return AutoModelForCausalLM.from_pretrained(path).state_dict()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def base(tmp_path_factory):
     out = tmp_path_factory.mktemp("ml") / "base"
-    build_tiny_model(out, task_corpus(TRAIN), hidden_size=32, num_layers=1, num_heads=2, vocab_size=512)
+    build_tiny_model(out, task_corpus(TRAIN), **TINY)
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stages(base, tmp_path_factory):
     """Two SFT stages: format, then easy references, the second from the first."""
     root = tmp_path_factory.mktemp("stages")
     outputs = []
     model = base
-    for name, mix in (("format", {"format": True}), ("easy", {"reference": ["easy"]})):
-        data = root / f"{name}.jsonl"
-        build_stage_dataset(TRAIN, mix, data)
-        out = root / name
-        metrics = train_stage(model, data, out, epochs=2, lr=3e-3, batch_size=4, max_length=4096)
+    for stage in (
+        {"name": "format", "mix": {"format": True}, "epochs": 1, "lr": 3e-3},
+        {"name": "easy", "mix": {"reference": ["easy"]}, "epochs": 2, "lr": 3e-3},
+    ):
+        data = root / f"{stage['name']}.jsonl"
+        build_stage(TRAIN, stage, data)
+        out = root / stage["name"]
+        metrics = train_stage(model, data, out, epochs=stage["epochs"], lr=stage["lr"], batch_size=4,
+                              max_length=2048, use_cpu=True)
         outputs.append((out, metrics))
         model = out
     return outputs
 
 
+# --- model and tokenizer ---------------------------------------------------------------
+
+
 def test_tokenizer_and_model_roundtrip(base):
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    text = "await RisingEdge(dut.clk)"
+    model, tokenizer = load_model_and_tokenizer(base, "cpu")
+    text = 'await RisingEdge(dut.clk)\n    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())'
     assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    prompt = render_prompt(tokenizer, [{"role": "user", "content": "hi"}])
     assert prompt.endswith("<|assistant|>\n")
-    model = AutoModelForCausalLM.from_pretrained(base)
+    assert tokenizer.pad_token and tokenizer.eos_token and tokenizer.pad_token_id != tokenizer.eos_token_id
     assert model.config.vocab_size == len(tokenizer) <= 512
+    assert (base / "model.safetensors").exists() and model.dtype == torch.float32
+    # deterministic: the same corpus and seed give the same tokenizer and weights
+    again = train_tokenizer(task_corpus(TRAIN), 512)
+    assert again.get_vocab() == tokenizer.get_vocab()
 
 
-def test_stage_data_mixes():
-    rows = build_stage_dataset(TRAIN, {"reference": ["easy", "hard"]}, "/dev/null")
+def test_other_architectures_and_shapes(base, tmp_path):
+    qwen = build_tiny_model(tmp_path / "qwen2", task_corpus(TRAIN[:3]), architecture="qwen2", **TINY)
+    model, tokenizer = load_model_and_tokenizer(qwen, "cpu")
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    # our tokenizer, not the Qwen2Tokenizer AutoTokenizer would swap in for qwen2
+    assert len(tokenizer) == model.config.vocab_size
+    shaped = build_model_from_shape(
+        tmp_path / "shaped",
+        {"architecture": "qwen3", "hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate": 96},
+        base,
+    )
+    model, _ = load_model_and_tokenizer(shaped, "cpu")
+    assert type(model).__name__ == "Qwen3ForCausalLM" and model.config.num_key_value_heads == 2
+    assert next(model.parameters()).dtype == torch.float32  # cpu default; saved as bfloat16
+    assert json.loads((shaped / "config.json").read_text())["dtype"] == "bfloat16"
+
+
+# --- prompts and data ------------------------------------------------------------------
+
+
+def test_prompt_contents_and_rendering(base):
+    task = TRAIN[0]
+    system, user = build_prompt(task)
+    assert system["role"] == "system" and "cocotb" in system["content"]
+    assert task.spec.strip() in user["content"] and task.toplevel in user["content"]
+    assert all(text.strip() in user["content"] for text in task.rtl_text().values())
+    assert "```python" in user["content"]
+    assert all(f"{metric} >=" in user["content"] for metric in task.coverage_target)
+
+    class Plain:  # a tokenizer without a chat template
+        chat_template = None
+
+    text = render_prompt(Plain(), [system, user])
+    assert text.startswith("system:\n") and text.endswith("assistant:\n")
+
+
+def test_extract_stimulus():
+    assert extract_stimulus("intro\n```python\nimport cocotb\n```\nbye") == "import cocotb\n"
+    assert extract_stimulus("```py\nx = 1") == "x = 1\n"  # cut off by max_new_tokens
+    assert extract_stimulus("```systemverilog\nmodule m;\n```\n```python\nx = 2\n```") == "x = 2\n"
+    assert extract_stimulus("```\ny = 3\n```") == "y = 3\n"
+    assert extract_stimulus("```python\nx = 1```") == "x = 1\n"
+    assert extract_stimulus("no fence at all") == "no fence at all"
+
+
+def test_stage_data_mixes(tmp_path):
+    rows = build_stage_dataset(TRAIN, {"reference": ["easy", "hard"]}, tmp_path / "ref.jsonl")
     assert {r["source"] for r in rows} == {"reference"}
     assert len(rows) == sum(t.difficulty in ("easy", "hard") for t in TRAIN)
     assert rows[0]["completion"][0]["content"].startswith("```python\nimport cocotb")
+    assert [m["role"] for m in rows[0]["prompt"]] == ["system", "user"]
+    assert read_jsonl(tmp_path / "ref.jsonl") == json.loads(json.dumps(rows))
+    fmt = build_stage_dataset(TRAIN, {"format": True}, tmp_path / "fmt.jsonl")
+    assert len(fmt) == len(TRAIN) and {r["source"] for r in fmt} == {"format"}
     with pytest.raises(ValueError, match="selects no examples"):
-        build_stage_dataset(TRAIN, {"reference": []}, "/dev/null")
+        build_stage_dataset(TRAIN, {"reference": []}, tmp_path / "none.jsonl")
+    with pytest.raises(ValueError, match="unknown SFT mix"):
+        build_stage_dataset(TRAIN, {"references": ["easy"]}, tmp_path / "bad.jsonl")
+    # verified samples: passing ones only, deduplicated, unknown tasks ignored
+    task = TRAIN[0]
+    samples = tmp_path / "samples.jsonl"
+    code = "```python\nimport cocotb\n```"
+    write_jsonl(samples, [
+        {"task_id": task.id, "completion": code, "passed": True},
+        {"task_id": task.id, "completion": code, "passed": True},
+        {"task_id": task.id, "completion": "```python\nfail\n```", "passed": False},
+        {"task_id": "not_a_task", "completion": code, "passed": True},
+    ])
+    assert [r["task_id"] for r in verified_rows(TRAIN, samples)] == [task.id]
+    mixed = build_stage_dataset(TRAIN, {"format": True, "verified": str(samples)}, tmp_path / "mixed.jsonl")
+    assert [r["source"] for r in mixed].count("verified") == 1
+
+
+# --- SFT -------------------------------------------------------------------------------
+
+
+def test_sft_loss_decreases_on_a_fixed_batch(base, tmp_path):
+    data = tmp_path / "two.jsonl"
+    rows = build_stage_dataset(TRAIN[:2], {"reference": ["easy", "medium", "hard"]}, data)
+    assert len(rows) == 2
+    metrics = train_stage(base, data, tmp_path / "fixed", max_steps=5, lr=1e-2, batch_size=2,
+                          lr_scheduler_type="constant", use_cpu=True)
+    losses = metrics["losses"]
+    assert len(losses) == 5 and losses[-1] < losses[0] * 0.9, losses
+    assert metrics["tokens"] > 0 and metrics["tokens_per_s"] > 0
+    saved = json.loads((tmp_path / "fixed" / "train_metrics.json").read_text())
+    assert saved["steps"] == 5 and saved["tokens_per_s"] == pytest.approx(metrics["tokens_per_s"])
 
 
 def test_staged_sft_trains_and_chains(base, stages):
     (first, m1), (second, m2) = stages
-    assert m1["last_loss"] < m1["first_loss"] and m2["last_loss"] < m2["first_loss"]
+    assert m1["steps"] > 0 and m2["last_loss"] < m2["first_loss"]
     w0, w1, w2 = weights(base), weights(first), weights(second)
     key = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(w0[key], w1[key]) and not torch.equal(w1[key], w2[key])
     assert json.loads((second / "train_metrics.json").read_text())["steps"] == m2["steps"]
-    assert not any(p.name.endswith(".work") for p in second.parent.iterdir())
+    assert (second / "tokenizer.json").exists() and load_tokenizer(second).chat_template
+    assert not work_dir_for(second).exists() and not work_dir_for(first).exists()
+
+
+class Crash(TrainerCallback):
+    """Kills training right after the checkpoint of step 2 is written."""
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == 2:
+            raise KeyboardInterrupt("killed")
+
+
+def test_sft_resumes_from_last_checkpoint(base, tmp_path):
+    data = tmp_path / "two.jsonl"
+    build_stage_dataset(TRAIN[:2], {"format": True}, data)
+    out = tmp_path / "resumed"
+    kwargs = dict(max_steps=3, lr=1e-3, batch_size=2, save_steps=1, use_cpu=True)
+    with pytest.raises(KeyboardInterrupt):
+        train_stage(base, data, out, callbacks=[Crash()], **kwargs)
+    assert not out.exists() and (work_dir_for(out) / "checkpoint-2").is_dir()
+    metrics = train_stage(base, data, out, **kwargs)
+    assert metrics["resumed_from"].endswith("checkpoint-2") and metrics["steps"] == 3
+    assert out.is_dir() and not work_dir_for(out).exists()
+
+
+# --- RL --------------------------------------------------------------------------------
 
 
 def test_grpo_expert_with_simulation_reward(stages, tmp_path):
@@ -80,29 +211,41 @@ def test_grpo_expert_with_simulation_reward(stages, tmp_path):
     tasks = [t for t in TRAIN if t.difficulty == "easy"][:2]
     metrics = train_expert(
         sft, tasks, tmp_path / "expert", steps=2, num_generations=2, batch_size=2,
-        max_completion_length=24, sim_workers=2,
+        max_completion_length=16, sim_workers=2, use_cpu=True,
     )
     assert metrics["steps"] == 2
     calls = metrics["reward_calls"]
     assert len(calls) == 2 and all(c["n"] == 2 for c in calls)
-    # every completion went through the harness and got a verdict
-    assert all(sum(c["statuses"].values()) == 2 for c in calls)
-    assert (tmp_path / "expert" / "rl_metrics.json").exists()
-    AutoModelForCausalLM.from_pretrained(tmp_path / "expert")
+    assert all(sum(c["statuses"].values()) == 2 for c in calls)  # every completion simulated
+    per_step = metrics["rewards_per_step"]
+    assert len(per_step) == 2
+    assert {"rewards/coverage_dense/mean", "rewards/format_reward/mean", "sim/wall_s"} <= per_step[0].keys()
+    saved = json.loads((tmp_path / "expert" / "rl_metrics.json").read_text())
+    assert 0 < saved["reward_wall_s"] <= saved["runtime_s"]
+    model, tokenizer = load_model_and_tokenizer(tmp_path / "expert", "cpu")
+    assert model.config.vocab_size == len(tokenizer)
+    assert not work_dir_for(tmp_path / "expert").exists()
 
 
 def test_coverage_reward_dense_and_binary():
     task = next(t for t in TRAIN if t.id == "up_counter")
     ref = "```python\n" + task.reference_stimulus.read_text() + "```"
     weak = "```python\n" + task.trivial_stimulus.read_text() + "```"
-    dense = CoverageReward([task], "dense", workers=2)([ref, weak, "nonsense"], task_id=[task.id] * 3)
+    reward = CoverageReward({task.id: task}, "dense", workers=2)
+    assert reward.__name__ == "coverage_dense"
+    dense = reward([ref, weak, "nonsense"], task_id=[task.id] * 3)
     assert dense[0] == 1.0 and 0 < dense[1] < 1 and dense[2] == 0.0
     binary = CoverageReward([task], "binary", workers=2)([ref, weak], task_id=[task.id] * 2)
     assert binary == [1.0, 0.0]
+    conversational = [[{"role": "assistant", "content": ref}]]
+    assert CoverageReward([task], "binary", workers=1)(conversational, task_id=[task.id]) == [1.0]
     assert format_reward([ref, "```python\ndef (:\n```", "plain"]) == [1.0, 0.0, 0.0]
 
 
-@pytest.fixture(scope="module")
+# --- merging ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
 def two_models(stages):
     return str(stages[0][0]), str(stages[1][0])
 
@@ -115,12 +258,14 @@ def test_linear_merge_is_the_average(two_models, tmp_path):
     a, b = two_models
     out = merged(write_mergekit_config("linear", [a, b], None), tmp_path, "linear")
     wa, wb = weights(a), weights(b)
+    assert out.keys() == wa.keys()
     for key in out:
         torch.testing.assert_close(out[key], (wa[key] + wb[key]) / 2)
     assert (tmp_path / "linear" / "mergekit_config.yml").exists()
+    assert load_tokenizer(tmp_path / "linear").get_vocab() == load_tokenizer(a).get_vocab()
 
 
-def test_slerp_endpoint_and_task_arithmetic_identity(base, two_models, tmp_path):
+def test_slerp_endpoint_and_task_arithmetic_identity(two_models, tmp_path):
     a, b = two_models
     slerp0 = merged(write_mergekit_config("slerp", [a, b], None, {"t": 0.0}), tmp_path, "slerp")
     wa = weights(a)
@@ -136,7 +281,9 @@ def test_slerp_endpoint_and_task_arithmetic_identity(base, two_models, tmp_path)
 @pytest.mark.parametrize("method", ["ties", "dare_ties"])
 def test_sparse_merges_are_finite_and_new(base, two_models, tmp_path, method):
     a, b = two_models
-    out = merged(write_mergekit_config(method, [a, b], str(base), {"weight": 0.5, "density": 0.5}), tmp_path, method)
+    config = write_mergekit_config(method, [a, b], str(base), {"weight": 0.5, "density": 0.5})
+    assert config["base_model"] == str(base) and config["models"][0]["parameters"]["density"] == 0.5
+    out = merged(config, tmp_path, method)
     wa, wb = weights(a), weights(b)
     key = "model.layers.0.mlp.up_proj.weight"
     assert all(torch.isfinite(v).all() for v in out.values())
@@ -148,6 +295,13 @@ def test_mergekit_config_rules():
         write_mergekit_config("slerp", ["a", "b", "c"], None)
     with pytest.raises(ValueError, match="needs the base model"):
         write_mergekit_config("ties", ["a", "b"], None)
+    with pytest.raises(ValueError, match="unknown merge method"):
+        write_mergekit_config("average", ["a", "b"], None)
+    config = write_mergekit_config("linear", ["a", "b"], None, {"weights": [0.25, 0.75]})
+    assert [m["parameters"]["weight"] for m in config["models"]] == [0.25, 0.75]
+
+
+# --- metrics ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -158,12 +312,33 @@ def test_pass_at_k_hand_computed(n, c, k, expected):
     assert pass_at_k(n, c, k) == pytest.approx(expected)
 
 
+def test_pass_at_k_rejects_bad_counts_and_aggregates():
+    with pytest.raises(ValueError):
+        pass_at_k(3, 4, 1)
+    with pytest.raises(ValueError):
+        pass_at_k(3, 1, 4)
+    frame = pd.DataFrame({
+        "task_id": ["a"] * 5 + ["b"] * 5,
+        "passed": [True, True, False, False, False] + [False] * 5,
+        "score": [1, 1, 0.5, 0.5, 0] + [0.2] * 5,
+    })
+    table = per_task_metrics(frame, ks=(1, 5)).set_index("task_id")
+    assert table.loc["a", "pass@1"] == pytest.approx(0.4) and table.loc["a", "pass@5"] == 1.0
+    assert table.loc["b", "pass@1"] == 0.0 and table.loc["a", "mean_coverage"] == pytest.approx(0.6)
+    summary = summarize(frame, ks=(1,))
+    assert summary["pass@1"] == pytest.approx(0.2) and summary["tasks"] == 2
+
+
+# --- generation ------------------------------------------------------------------------
+
+
 def test_generation_writes_k_rows_and_resumes(base, tmp_path):
     tasks = TRAIN[:2]
     out = tmp_path / "gen.jsonl"
-    sample_completions(base, tasks, 3, out, max_new_tokens=8)
+    stats = sample_completions(base, tasks, 3, out, max_new_tokens=8, device="cpu")
     rows = read_jsonl(out)
     assert [(r["task_id"], r["sample_id"]) for r in rows] == [(t.id, i) for t in tasks for i in range(3)]
+    assert stats["generated"] == 6 and stats["new_tokens"] > 0
     # a killed run left two samples behind: the rerun keeps them and draws only the rest
     partial = tmp_path / "again.jsonl.partial"
     kept = [dict(rows[0], completion="KEPT-0"), dict(rows[1], completion="KEPT-1")]
@@ -171,7 +346,8 @@ def test_generation_writes_k_rows_and_resumes(base, tmp_path):
     stats = sample_completions(base, tasks, 3, tmp_path / "again.jsonl", max_new_tokens=8)
     again = read_jsonl(tmp_path / "again.jsonl")
     assert [r["completion"] for r in again[:2]] == ["KEPT-0", "KEPT-1"]
-    assert stats["samples"] == 6 and len(again) == 6
+    assert stats["samples"] == 6 and stats["resumed"] == 2 and stats["generated"] == 4 and len(again) == 6
+    assert not partial.exists()
     # sampling is seeded: a fresh run draws exactly the same samples
     sample_completions(base, tasks, 3, tmp_path / "fresh.jsonl", max_new_tokens=8)
     assert read_jsonl(tmp_path / "fresh.jsonl") == rows

@@ -26,23 +26,47 @@ def sft_row(task: Task, stimulus: str, source: str) -> dict:
     }
 
 
-def verified_rows(tasks: list[Task], samples_jsonl: str | Path) -> list[dict]:
-    """Rows from a samples file with {task_id, completion, passed}: passing ones only."""
+MIX_KEYS = {"reference", "format", "verified"}
+
+
+def verified_rows(tasks: list[Task], samples_jsonl: str | Path | list) -> list[dict]:
+    """Rows from samples file(s) with {task_id, completion, passed}: passing samples of
+    the given tasks only, deduplicated by (task, stimulus text)."""
+    paths = [samples_jsonl] if isinstance(samples_jsonl, (str, Path)) else list(samples_jsonl)
     by_id = {t.id: t for t in tasks}
-    return [
-        sft_row(by_id[s["task_id"]], extract_stimulus(s["completion"]), "verified")
-        for s in read_jsonl(samples_jsonl)
-        if s.get("passed") and s["task_id"] in by_id
-    ]
+    rows, seen = [], set()
+    for path in paths:
+        for sample in read_jsonl(path):
+            if not _truthy(sample.get("passed")) or sample.get("task_id") not in by_id:
+                continue
+            stimulus = extract_stimulus(sample["completion"])
+            if (sample["task_id"], stimulus) in seen:
+                continue
+            seen.add((sample["task_id"], stimulus))
+            rows.append(sft_row(by_id[sample["task_id"]], stimulus, "verified"))
+    return rows
+
+
+def _truthy(value) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
 
 
 def build_stage_dataset(tasks: list[Task], mix: dict, out_path: str | Path) -> list[dict]:
-    """One SFT stage's rows from its mix: {format: bool, reference: [difficulties],
-    verified: path}."""
+    """One SFT stage's rows from its mix, written to `out_path` (JSONL):
+    `format: true` -> every task's trivial stimulus (a short well-formed module);
+    `reference: [difficulties]` -> reference stimuli of tasks of those difficulties;
+    `verified: path | [paths]` -> passing samples from {task_id, completion, passed} rows.
+    Only the tasks given are used: pass train tasks (test tasks never train)."""
+    unknown = set(mix) - MIX_KEYS
+    if unknown:
+        raise ValueError(f"unknown SFT mix key(s) {sorted(unknown)} (known: {sorted(MIX_KEYS)})")
     rows = []
     if mix.get("format"):
         rows += [sft_row(t, t.trivial_stimulus.read_text(), "format") for t in tasks if t.trivial_stimulus]
-    difficulties = set(mix.get("reference", []))
+    difficulties = mix.get("reference") or []
+    difficulties = {difficulties} if isinstance(difficulties, str) else set(difficulties)
     rows += [
         sft_row(t, t.reference_stimulus.read_text(), "reference")
         for t in tasks
@@ -54,6 +78,14 @@ def build_stage_dataset(tasks: list[Task], mix: dict, out_path: str | Path) -> l
         raise ValueError(f"SFT data mix {mix} selects no examples from {len(tasks)} tasks")
     write_jsonl(out_path, rows)
     return rows
+
+
+def build_stage(tasks: list[Task], stage: dict, out_path: str | Path) -> list[dict]:
+    """Dataset of one configured stage `{name, mix: {...}, epochs, lr, ...}`; the
+    training keys are for `chorus.sft.train_stage`."""
+    if "mix" not in stage:
+        raise ValueError(f"SFT stage {stage.get('name', '?')!r} has no data mix")
+    return build_stage_dataset(tasks, stage["mix"], out_path)
 
 
 def build_consolidation_dataset(

@@ -1,4 +1,4 @@
-"""Pass@k, by the unbiased estimator of Chen et al. (2021)."""
+"""Pass@k, by the unbiased estimator of Chen et al. (2021), and per-task aggregation."""
 
 from __future__ import annotations
 
@@ -15,3 +15,37 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def per_task_metrics(per_sample, ks=(1,)):
+    """Per-task table from a per-sample DataFrame (task_id, passed, score[, model]):
+    n (samples), c (passing), pass@k for each k in `ks` (NaN where n < k) and
+    mean_coverage (mean dense score). Grouped by model too when there is a model column."""
+    import pandas as pd
+
+    keys = ["model", "task_id"] if "model" in per_sample.columns else ["task_id"]
+    frame = per_sample.assign(passed=per_sample["passed"].astype(bool).astype(int))
+    grouped = frame.groupby(keys, sort=True).agg(
+        n=("passed", "size"), c=("passed", "sum"), mean_coverage=("score", "mean")
+    )
+    table = grouped.reset_index()
+    for k in ks:
+        table[f"pass@{k}"] = [
+            pass_at_k(int(n), int(c), k) if n >= k else float("nan") for n, c in zip(table["n"], table["c"])
+        ]
+    columns = [*keys, "n", "c", *[f"pass@{k}" for k in ks], "mean_coverage"]
+    return pd.DataFrame(table, columns=columns)
+
+
+def summarize(per_sample, ks=(1,)):
+    """Mean over tasks of every pass@k and of mean_coverage (per model when the frame
+    has a model column), with the task count."""
+    table = per_task_metrics(per_sample, ks)
+    value_columns = [*[f"pass@{k}" for k in ks], "mean_coverage"]
+    if "model" in table.columns:
+        summary = table.groupby("model", sort=False)[value_columns].mean()
+        summary["tasks"] = table.groupby("model", sort=False)["task_id"].size()
+        return summary.reset_index()
+    row = table[value_columns].mean().to_dict()
+    row["tasks"] = len(table)
+    return row

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from pathlib import Path
 
 from chorus.harness import SandboxLimits, score_many
-from chorus.io import atomic_write_json
-from chorus.modeling import save_model_atomically
 from chorus.prompts import build_prompt, extract_stimulus
-from chorus.sft import last_checkpoint, precision_flags, work_dir_for
+from chorus.sft import finalize, precision_flags, prepare_work_dir
 from chorus.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -33,41 +30,57 @@ def completion_text(completion) -> str:
 
 
 class CoverageReward:
-    """reward(completions, task_id, **kw) -> coverage score per completion (TRL API)."""
+    """TRL reward function: `reward(completions, task_id, **kw) -> list[float]`.
 
-    def __init__(self, tasks: list[Task], mode: str = "dense", workers: int | None = None,
-                 limits: SandboxLimits | None = None):
+    Each completion's stimulus (`extract_stimulus`) is simulated against its task's
+    design by `chorus.harness.score_many` (`workers` sandboxes at once). mode "dense":
+    `SimResult.score` (coverage reached relative to the target, in [0, 1]); mode
+    "binary": 1.0 when the sample passes, else 0.0. `tasks`: a {task_id: Task} mapping or
+    a list of tasks. Every call is recorded in `calls` (wall time, reward statistics,
+    status counts) and, under GRPOTrainer, logged through its `log_metric` hook.
+    """
+
+    def __init__(self, tasks: dict[str, Task] | list[Task], mode: str = "dense",
+                 workers: int | None = None, limits: SandboxLimits | None = None):
         if mode not in ("dense", "binary"):
             raise ValueError(f"reward mode must be dense or binary, not {mode!r}")
-        self.tasks = {t.id: t for t in tasks}
+        self.tasks = dict(tasks) if isinstance(tasks, dict) else {t.id: t for t in tasks}
         self.mode = mode
         self.workers = workers
         self.limits = limits
         self.__name__ = f"coverage_{mode}"
-        self.calls: list[dict] = []  # per step: wall time and reward statistics
+        self.calls: list[dict] = []
 
-    def __call__(self, completions, task_id, **kwargs) -> list[float]:
+    def __call__(self, completions, task_id, log_metric=None, trainer_state=None, **kwargs) -> list[float]:
         start = time.perf_counter()
         items = [(self.tasks[t], extract_stimulus(completion_text(c))) for c, t in zip(completions, task_id)]
         results = score_many(items, workers=self.workers, limits=self.limits)
-        rewards = [r.score if self.mode == "dense" else float(r.passed) for r in results]
+        rewards = [float(r.score) if self.mode == "dense" else float(r.passed) for r in results]
         statuses: dict[str, int] = {}
         for r in results:
             statuses[r.status] = statuses.get(r.status, 0) + 1
-        self.calls.append(
-            {
-                "wall_s": time.perf_counter() - start,
-                "n": len(rewards),
-                "mean_reward": sum(rewards) / len(rewards),
-                "passed": sum(r.passed for r in results),
-                "statuses": statuses,
-            }
-        )
+        call = {
+            "step": getattr(trainer_state, "global_step", None),
+            "wall_s": time.perf_counter() - start,
+            "n": len(rewards),
+            "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0,
+            "max_reward": max(rewards, default=0.0),
+            "mean_coverage": sum(r.score for r in results) / len(results) if results else 0.0,
+            "passed": sum(bool(r.passed) for r in results),
+            "statuses": statuses,
+        }
+        self.calls.append(call)
+        log.info("reward %s: %s", self.__name__, json.dumps(call))
+        if log_metric is not None:
+            log_metric("sim/wall_s", call["wall_s"])
+            log_metric("sim/pass_rate", call["passed"] / max(call["n"], 1))
+            log_metric("sim/mean_coverage", call["mean_coverage"])
         return rewards
 
 
 def format_reward(completions, **kwargs) -> list[float]:
-    """1 when the completion holds a python block that compiles, else 0."""
+    """1 when the completion holds a fenced python block that compiles and uses cocotb,
+    else 0 (weighted by `format_weight` in the total reward)."""
     rewards = []
     for completion in completions:
         text = completion_text(completion)
@@ -82,9 +95,22 @@ def format_reward(completions, **kwargs) -> list[float]:
 
 
 def rl_dataset(tasks: list[Task]):
+    """GRPO prompts: {prompt: conversational messages, task_id} per task."""
     from datasets import Dataset
 
     return Dataset.from_list([{"prompt": build_prompt(t), "task_id": t.id} for t in tasks])
+
+
+def reward_log(log_history: list[dict]) -> list[dict]:
+    """Per logged step: the total reward, its std and every reward term's mean."""
+    rows = []
+    for entry in log_history:
+        if "reward" not in entry:
+            continue
+        rows.append({k: v for k, v in entry.items()
+                     if k in ("step", "reward", "reward_std", "loss", "kl", "frac_reward_zero_std")
+                     or k.startswith(("rewards/", "sim/"))})
+    return rows
 
 
 def train_expert(
@@ -96,41 +122,58 @@ def train_expert(
     format_weight: float = 0.1,
     num_generations: int = 4,
     max_completion_length: int = 256,
-    steps: int = 10,
+    steps: int | None = 10,
+    epochs: float = 1.0,
     lr: float = 1e-5,
     beta: float = 0.0,
     temperature: float = 1.0,
     batch_size: int = 4,
+    grad_accum: int = 1,
     seed: int = 0,
     sim_workers: int | None = None,
     sim_limits: SandboxLimits | None = None,
-    device: str = "cpu",
+    bf16: bool | None = None,
+    use_cpu: bool | None = None,
+    device: str | None = None,
     deepspeed_config: str | None = None,
+    resume: bool = True,
     save_steps: int = 50,
+    gradient_checkpointing: bool = False,
+    use_vllm: bool = False,
+    extra_args: dict | None = None,
 ) -> dict:
-    """GRPO from `model_in` on `tasks`; the expert is saved to `out_dir` atomically."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """GRPO from `model_in` on `tasks`; the expert lands in `out_dir` atomically with
+    `rl_metrics.json`. Rewards: the coverage reward (`reward`: dense | binary, weight 1)
+    and `format_reward` (weight `format_weight`), separate so TRL logs both. `steps`
+    optimizer steps (None: `epochs` passes over the tasks); `batch_size` completions per
+    device and step, rounded to whole groups of `num_generations`. `extra_args` go to
+    GRPOConfig as they are."""
+    from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
+
+    from chorus.modeling import load_tokenizer
 
     if not tasks:
         raise ValueError("RL needs at least one task")
-    work_dir = work_dir_for(out_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_in)
-    flags = precision_flags(device)
+    work_dir, resume_from = prepare_work_dir(out_dir, resume)
+    tokenizer = load_tokenizer(model_in)
+    flags = precision_flags(device, bf16=bf16, use_cpu=use_cpu)
     model = AutoModelForCausalLM.from_pretrained(model_in, dtype="bfloat16" if flags["bf16"] else "float32")
     coverage = CoverageReward(tasks, reward, sim_workers, sim_limits)
     # the generation batch must hold whole groups of num_generations completions
     batch = max(batch_size, num_generations)
     batch -= batch % num_generations
-    args = GRPOConfig(
+    config = dict(
         output_dir=str(work_dir),
-        max_steps=steps,
+        max_steps=steps if steps else -1,
+        num_train_epochs=epochs,
         learning_rate=lr,
         beta=beta,
         temperature=temperature,
         num_generations=num_generations,
         max_completion_length=max_completion_length,
         per_device_train_batch_size=batch,
+        gradient_accumulation_steps=grad_accum,
         reward_weights=[1.0, format_weight],
         logging_steps=1,
         save_strategy="steps",
@@ -138,10 +181,14 @@ def train_expert(
         save_total_limit=2,
         report_to="none",
         seed=seed,
+        data_seed=seed,
         deepspeed=deepspeed_config,
+        gradient_checkpointing=gradient_checkpointing,
+        use_vllm=use_vllm,
         dataloader_num_workers=0,
         **flags,
     )
+    args = GRPOConfig(**{**config, **(extra_args or {})})
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[coverage, format_reward],
@@ -149,23 +196,22 @@ def train_expert(
         train_dataset=rl_dataset(tasks),
         processing_class=tokenizer,
     )
-    resume = last_checkpoint(work_dir)
     start = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume)
+    trainer.train(resume_from_checkpoint=resume_from)
     runtime = time.perf_counter() - start
     reward_wall = sum(c["wall_s"] for c in coverage.calls)
     metrics = {
         "steps": trainer.state.global_step,
         "reward_mode": reward,
+        "format_weight": format_weight,
         "runtime_s": runtime,
         "reward_wall_s": reward_wall,
         "reward_time_fraction": reward_wall / runtime if runtime else None,
+        "rewards_per_step": reward_log(trainer.state.log_history),
         "reward_calls": coverage.calls,
         "log_history": trainer.state.log_history,
-        "resumed_from": resume,
+        "bf16": flags["bf16"],
+        "resumed_from": resume_from,
     }
-    if trainer.is_world_process_zero():
-        save_model_atomically(trainer.model, tokenizer, out_dir)
-        atomic_write_json(Path(out_dir) / "rl_metrics.json", json.loads(json.dumps(metrics, default=str)))
-        shutil.rmtree(work_dir, ignore_errors=True)
+    finalize(trainer, out_dir, work_dir, "rl_metrics.json", metrics)
     return metrics

@@ -1,4 +1,10 @@
-"""One SFT stage with TRL's SFTTrainer (prompt-completion data, loss on completions)."""
+"""One SFT stage with TRL's SFTTrainer (prompt-completion data, loss on completions).
+
+A stage trains in `<out_dir>.tmp-train/` (checkpoints `checkpoint-<step>/`), saves the
+final model and tokenizer to `<out_dir>.tmp-train/final/` and renames that to `out_dir`,
+so `out_dir` only ever exists complete. A killed stage leaves its checkpoints behind and
+the next call resumes from the last one (`resume=True`).
+"""
 
 from __future__ import annotations
 
@@ -9,29 +15,83 @@ import time
 from pathlib import Path
 
 from chorus.io import atomic_write_json
-from chorus.modeling import save_model_atomically
 
 log = logging.getLogger(__name__)
+
+WORK_SUFFIX = ".tmp-train"
 
 
 def work_dir_for(out_dir: str | Path) -> Path:
     """Checkpoints of an unfinished run live beside the output, so a killed job resumes."""
     out_dir = Path(out_dir)
-    return out_dir.parent / f".{out_dir.name}.work"
+    return out_dir.with_name(out_dir.name + WORK_SUFFIX)
 
 
-def last_checkpoint(work_dir: Path) -> str | None:
+def last_checkpoint(work_dir: str | Path) -> str | None:
     from transformers.trainer_utils import get_last_checkpoint
 
+    work_dir = Path(work_dir)
     return get_last_checkpoint(str(work_dir)) if work_dir.is_dir() else None
 
 
-def precision_flags(device: str) -> dict:
+def precision_flags(device: str | None = None, *, bf16: bool | None = None, use_cpu: bool | None = None) -> dict:
+    """TrainingArguments `use_cpu` / `bf16`. Unset ones follow `device` (cpu | cuda |
+    None = cuda when available): bf16 on a GPU that supports it, float32 on CPU."""
     import torch
 
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return {"bf16": torch.cuda.is_bf16_supported(), "use_cpu": False}
-    return {"bf16": False, "use_cpu": True}
+    if use_cpu is None:
+        use_cpu = device == "cpu" if device else not torch.cuda.is_available()
+    if bf16 is None:
+        bf16 = not use_cpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return {"bf16": bool(bf16), "use_cpu": bool(use_cpu)}
+
+
+def prepare_work_dir(out_dir: str | Path, resume: bool) -> tuple[Path, str | None]:
+    """(work dir, checkpoint to resume from or None); without `resume`, old checkpoints go."""
+    work_dir = work_dir_for(out_dir)
+    if not resume:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    resume_from = last_checkpoint(work_dir)
+    shutil.rmtree(work_dir / "final", ignore_errors=True)  # a save cut short
+    if resume_from:
+        log.info("resuming from %s", resume_from)
+    return work_dir, resume_from
+
+
+def finalize(trainer, out_dir: str | Path, work_dir: Path, metrics_name: str, metrics: dict) -> None:
+    """Save the trained model and tokenizer (every rank takes part: ZeRO-3 gathers the
+    weights), then on the main process write the metrics, rename into place and drop
+    the checkpoints."""
+    out_dir = Path(out_dir)
+    final = work_dir / "final"
+    trainer.save_model(str(final))
+    if trainer.is_world_process_zero():
+        if trainer.processing_class is not None and not (final / "tokenizer_config.json").exists():
+            trainer.processing_class.save_pretrained(str(final))
+        (final / "training_args.bin").unlink(missing_ok=True)
+        atomic_write_json(final / metrics_name, json.loads(json.dumps(metrics, default=str)))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        final.rename(out_dir)
+        shutil.rmtree(work_dir, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
+
+
+def _throughput_callback():
+    from transformers import TrainerCallback
+
+    class Throughput(TrainerCallback):
+        """Tokens and wall time of this train() call (after any resume)."""
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.tokens0, self.steps0, self.t0 = state.num_input_tokens_seen, state.global_step, time.perf_counter()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.tokens = state.num_input_tokens_seen - self.tokens0
+            self.steps = state.global_step - self.steps0
+            self.seconds = time.perf_counter() - self.t0
+
+    return Throughput()
 
 
 def train_stage(
@@ -44,71 +104,88 @@ def train_stage(
     batch_size: int = 2,
     grad_accum: int = 1,
     max_length: int = 2048,
-    device: str = "cpu",
+    bf16: bool | None = None,
+    use_cpu: bool | None = None,
+    device: str | None = None,
     deepspeed_config: str | None = None,
     seed: int = 0,
+    resume: bool = True,
     save_steps: int = 200,
     max_steps: int = -1,
     gradient_checkpointing: bool = False,
+    lr_scheduler_type: str = "cosine",
+    warmup: float = 0.0,
+    callbacks: list | None = None,
+    extra_args: dict | None = None,
 ) -> dict:
-    """Fine-tune `model_in` on `dataset_jsonl`; save the result to `out_dir` atomically and
-    return the training metrics (also written to out_dir/train_metrics.json)."""
+    """Fine-tune `model_in` on `dataset_jsonl` (TRL conversational prompt-completion rows,
+    docs/data_format.md) with the loss on completions only. The model and tokenizer land
+    in `out_dir` atomically with `train_metrics.json`; the metrics are also returned:
+    steps, train_loss, first_loss, last_loss, losses, tokens (non-padding input tokens of
+    this call), tokens_per_s, runtime_s, examples, resumed_from. `callbacks` go to the
+    trainer, `extra_args` to SFTConfig as they are."""
     from datasets import load_dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
-    work_dir = work_dir_for(out_dir)
+    from chorus.modeling import load_tokenizer
+
+    work_dir, resume_from = prepare_work_dir(out_dir, resume)
     dataset = load_dataset("json", data_files=str(dataset_jsonl), split="train")
     dataset = dataset.select_columns(["prompt", "completion"])
-    tokenizer = AutoTokenizer.from_pretrained(model_in)
-    flags = precision_flags(device)
-    model = AutoModelForCausalLM.from_pretrained(
-        model_in, dtype="bfloat16" if flags["bf16"] else "float32"
-    )
-    args = SFTConfig(
+    tokenizer = load_tokenizer(model_in)
+    flags = precision_flags(device, bf16=bf16, use_cpu=use_cpu)
+    model = AutoModelForCausalLM.from_pretrained(model_in, dtype="bfloat16" if flags["bf16"] else "float32")
+    config = dict(
         output_dir=str(work_dir),
         num_train_epochs=epochs,
         max_steps=max_steps,
         learning_rate=lr,
+        lr_scheduler_type=lr_scheduler_type,
+        warmup_steps=warmup,  # transformers 5: an int is steps, a float in [0, 1) a ratio
         per_device_train_batch_size=batch_size,
         gradient_accumulation_steps=grad_accum,
         max_length=max_length,
         completion_only_loss=True,
-        lr_scheduler_type="cosine",
         logging_steps=1,
         save_strategy="steps",
         save_steps=save_steps,
         save_total_limit=2,
+        include_num_input_tokens_seen="non_padding",
         report_to="none",
         seed=seed,
+        data_seed=seed,
         deepspeed=deepspeed_config,
         gradient_checkpointing=gradient_checkpointing,
         dataloader_num_workers=0,
         **flags,
     )
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
-    resume = last_checkpoint(work_dir)
-    if resume:
-        log.info("resuming from %s", resume)
-    start = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=resume)
-    runtime = time.perf_counter() - start
-    tokens = sum(len(x) for x in trainer.train_dataset["input_ids"]) * epochs
+    args = SFTConfig(**{**config, **(extra_args or {})})
+    throughput = _throughput_callback()
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[throughput, *(callbacks or [])],
+    )
+    result = trainer.train(resume_from_checkpoint=resume_from)
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     metrics = {
         "steps": trainer.state.global_step,
         "train_loss": result.training_loss,
         "first_loss": losses[0] if losses else None,
         "last_loss": losses[-1] if losses else None,
-        "runtime_s": runtime,
-        "tokens": tokens,
-        "tokens_per_s": tokens / runtime if runtime else None,
+        "losses": losses,
+        "runtime_s": throughput.seconds,
+        "tokens": throughput.tokens,
+        "tokens_per_s": throughput.tokens / throughput.seconds if throughput.seconds else None,
         "examples": len(dataset),
-        "resumed_from": resume,
+        "epochs": epochs,
+        "lr": lr,
+        "bf16": flags["bf16"],
+        "resumed_from": resume_from,
     }
-    if trainer.is_world_process_zero():
-        save_model_atomically(trainer.model, tokenizer, out_dir)
-        atomic_write_json(Path(out_dir) / "train_metrics.json", metrics)
-        shutil.rmtree(work_dir, ignore_errors=True)
-    log.info("SFT done: %s", json.dumps(metrics))
+    finalize(trainer, out_dir, work_dir, "train_metrics.json", metrics)
+    log.info("SFT done: %s", json.dumps({k: v for k, v in metrics.items() if k != "losses"}))
     return metrics
