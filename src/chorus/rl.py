@@ -16,7 +16,7 @@ from pathlib import Path
 
 from chorus.harness import SandboxLimits, score_many
 from chorus.prompts import build_prompt, extract_stimulus
-from chorus.sft import finalize, precision_flags, prepare_work_dir
+from chorus.sft import finalize, precision_flags, prepare_work_dir, stage_callback
 from chorus.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -195,6 +195,7 @@ def train_expert(
         args=args,
         train_dataset=rl_dataset(tasks),
         processing_class=tokenizer,
+        callbacks=[stage_callback()],
     )
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_from)

@@ -77,21 +77,27 @@ def finalize(trainer, out_dir: str | Path, work_dir: Path, metrics_name: str, me
     trainer.accelerator.wait_for_everyone()
 
 
-def _throughput_callback():
+def stage_callback():
+    """Measures this train() call (tokens and wall time after any resume) and skips the
+    checkpoint transformers writes at the last step: `finalize` saves the model itself,
+    and a full checkpoint with optimizer state of a large model costs minutes."""
     from transformers import TrainerCallback
 
-    class Throughput(TrainerCallback):
-        """Tokens and wall time of this train() call (after any resume)."""
-
+    class StageCallback(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
             self.tokens0, self.steps0, self.t0 = state.num_input_tokens_seen, state.global_step, time.perf_counter()
+            self.tokens = self.steps = self.seconds = 0
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.max_steps and state.global_step >= state.max_steps:
+                control.should_save = False
 
         def on_train_end(self, args, state, control, **kwargs):
             self.tokens = state.num_input_tokens_seen - self.tokens0
             self.steps = state.global_step - self.steps0
             self.seconds = time.perf_counter() - self.t0
 
-    return Throughput()
+    return StageCallback()
 
 
 def train_stage(
@@ -161,7 +167,7 @@ def train_stage(
         **flags,
     )
     args = SFTConfig(**{**config, **(extra_args or {})})
-    throughput = _throughput_callback()
+    throughput = stage_callback()
     trainer = SFTTrainer(
         model=model,
         args=args,
