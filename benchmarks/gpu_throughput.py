@@ -1,0 +1,196 @@
+"""GPU throughput of the pipeline's training and sampling paths (run on an H200).
+
+Builds a random-init model of a real shape (default: Qwen2.5-1.5B-like, built from a
+config: no download), then measures with the project's own code paths:
+  - SFT tokens/s and model FLOPs utilisation (MFU) with TRL's SFTTrainer, bf16, with and
+    without DeepSpeed ZeRO-2 (single process),
+  - rollout generation tokens/s with transformers `generate`,
+  - one GRPO run with the real coverage reward: the fraction of wall time the trainer
+    waits on simulations.
+Prints one JSON object per measurement and a summary table.
+
+  python benchmarks/gpu_throughput.py --shape 1.5b --out /tmp/gpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+SHAPES = {
+    # Llama-architecture shapes matching common small open models (parameters ~).
+    "0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                 intermediate_size=4864, max_position_embeddings=8192, tie_word_embeddings=True),
+    "1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                 intermediate_size=8960, max_position_embeddings=8192, tie_word_embeddings=True),
+    "3b": dict(hidden_size=2048, num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2,
+               intermediate_size=11008, max_position_embeddings=8192, tie_word_embeddings=True),
+}
+H200_BF16_PEAK = 790e12  # dense bf16 FLOP/s measured on this machine kind (device KINDS.md)
+
+
+def emit(record: dict, sink: list) -> None:
+    sink.append(record)
+    print(json.dumps(record), flush=True)
+
+
+def training_flops_per_token(model, seq_len: int) -> float:
+    """6N for the dense weights plus the attention score/value products (12 * L * d * s)."""
+    config = model.config
+    params = sum(p.numel() for p in model.parameters())
+    attention = 12 * config.num_hidden_layers * config.hidden_size * seq_len
+    return 6 * params + attention
+
+
+def build(shape: str, root: Path):
+    from chorus.modeling import build_model_from_shape, build_tiny_model, task_corpus
+    from chorus.tasks import load_tasks
+
+    tasks = load_tasks(splits="train")
+    tokenizer_dir = build_tiny_model(root / "tok", task_corpus(tasks), hidden_size=32, num_layers=1,
+                                     num_heads=2, vocab_size=2048)
+    model_dir = build_model_from_shape(root / "model", SHAPES[shape], tokenizer_dir)
+    return tasks, model_dir
+
+
+def packed_dataset(tasks, path: Path, repeats: int) -> Path:
+    from chorus.data import build_stage_dataset
+
+    rows = build_stage_dataset(tasks, {"reference": ["easy", "medium", "hard"], "format": True}, path)
+    with path.open("w") as handle:
+        for _ in range(repeats):
+            for row in rows:
+                handle.write(json.dumps(row) + "\n")
+    return path
+
+
+def bench_sft(model_dir, data, out, label, sink, *, batch, max_steps, deepspeed=None, seq_len=2048, **extra):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+    from datasets import load_dataset
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa")
+    dataset = load_dataset("json", data_files=str(data), split="train").select_columns(["prompt", "completion"])
+    args = SFTConfig(
+        output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=batch, learning_rate=1e-5,
+        bf16=True, max_length=seq_len, packing=True, padding_free=False, logging_steps=1, save_strategy="no",
+        report_to="none", deepspeed=deepspeed, gradient_checkpointing=False, dataloader_num_workers=2,
+        completion_only_loss=False, **extra,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    warm = 3
+    times = []
+
+    class Timer(__import__("transformers").TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            torch.cuda.synchronize()
+            self.t = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - self.t)
+
+    trainer.add_callback(Timer())
+    torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    step_s = sum(times[warm:]) / len(times[warm:])
+    tokens_per_step = batch * seq_len
+    tps = tokens_per_step / step_s
+    flops = training_flops_per_token(trainer.model, seq_len) * tps
+    emit({"bench": "sft", "label": label, "params": sum(p.numel() for p in trainer.model.parameters()),
+          "batch": batch, "seq_len": seq_len, "step_s": step_s, "tokens_per_s": tps,
+          "tflops": flops / 1e12, "mfu": flops / H200_BF16_PEAK,
+          "peak_mem_gb": torch.cuda.max_memory_allocated() / 2**30}, sink)
+    del trainer, model
+    torch.cuda.empty_cache()
+
+
+def bench_generate(model_dir, tasks, sink, *, batch, new_tokens):
+    from chorus.modeling import load_model_and_tokenizer
+    from chorus.prompts import build_prompt
+
+    model, tokenizer = load_model_and_tokenizer(model_dir, "cuda")
+    tokenizer.padding_side = "left"
+    prompts = [tokenizer.apply_chat_template(build_prompt(t), tokenize=False, add_generation_prompt=True)
+               for t in (tasks * batch)[:batch]]
+    inputs = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to("cuda")
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True, temperature=1.0,
+                  pad_token_id=tokenizer.pad_token_id)
+    model.generate(**inputs, **{**kwargs, "max_new_tokens": 8, "min_new_tokens": 8})
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    model.generate(**inputs, **kwargs)
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    emit({"bench": "generate", "batch": batch, "prompt_tokens": int(inputs["input_ids"].shape[1]),
+          "new_tokens": new_tokens, "seconds": elapsed, "tokens_per_s": batch * new_tokens / elapsed}, sink)
+    del model
+    torch.cuda.empty_cache()
+
+
+def bench_grpo(model_dir, tasks, out, sink, *, steps, num_generations, completion_len, workers):
+    from chorus.rl import train_expert
+
+    metrics = train_expert(model_dir, tasks, out, steps=steps, num_generations=num_generations,
+                           batch_size=num_generations * 4, max_completion_length=completion_len,
+                           sim_workers=workers, device="cuda")
+    calls = metrics["reward_calls"]
+    emit({"bench": "grpo", "steps": metrics["steps"], "runtime_s": metrics["runtime_s"],
+          "reward_wall_s": metrics["reward_wall_s"], "gpu_idle_fraction_waiting_on_rewards":
+          metrics["reward_time_fraction"], "completions_scored": sum(c["n"] for c in calls),
+          "statuses": calls[-1]["statuses"]}, sink)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", default="1.5b", choices=sorted(SHAPES))
+    parser.add_argument("--out", type=Path, default=Path("gpu_bench.json"))
+    parser.add_argument("--sft-steps", type=int, default=12)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--skip", nargs="*", default=[])
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sink: list = []
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    root = Path(tempfile.mkdtemp(prefix="chorus-gpu-"))
+    tasks, model_dir = build(args.shape, root)
+    data = packed_dataset(tasks, root / "sft.jsonl", repeats=40)
+    emit({"bench": "env", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+          "shape": args.shape}, sink)
+    ds = str(Path(__file__).resolve().parents[1] / "config" / "deepspeed" / "zero2.json")
+    benches = {
+        "sft": lambda: bench_sft(model_dir, data, root / "sft", "bf16", sink, batch=args.batch,
+                                 max_steps=args.sft_steps),
+        "sft_fused_compiled": lambda: bench_sft(
+            model_dir, data, root / "sft_fc", "bf16+fused-adamw+torch.compile", sink, batch=args.batch,
+            max_steps=args.sft_steps, optim="adamw_torch_fused", torch_compile=True),
+        "generate": lambda: bench_generate(model_dir, tasks, sink, batch=64, new_tokens=256),
+        "grpo": lambda: bench_grpo(model_dir, tasks[:8], root / "grpo", sink, steps=3, num_generations=8,
+                                   completion_len=128, workers=max(1, (os.cpu_count() or 2) - 2)),
+        "deepspeed": lambda: (
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29511", RANK="0", LOCAL_RANK="0",
+                              WORLD_SIZE="1"),
+            bench_sft(model_dir, data, root / "sft_ds", "bf16+zero2", sink, batch=args.batch,
+                      max_steps=args.sft_steps, deepspeed=ds),
+        ),
+    }
+    for name, bench in benches.items():
+        if name in args.skip:
+            continue
+        try:
+            bench()
+        except Exception as err:  # one failed measurement must not lose the others
+            emit({"bench": name, "error": repr(err)[:500]}, sink)
+            torch.cuda.empty_cache()
+        args.out.write_text(json.dumps(sink, indent=2))
+
+
+if __name__ == "__main__":
+    main()
