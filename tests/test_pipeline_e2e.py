@@ -55,9 +55,17 @@ def test_every_checkpoint_loads_and_merges_differ(local_run):
     for key in weights["merge/linear"]:
         expected = sum(e[key].float() for e in experts) / len(experts)
         torch.testing.assert_close(weights["merge/linear"][key].float(), expected, rtol=1e-3, atol=1e-3)
-    # the stages and experts really trained: their weights differ from their parents
+    # the SFT stages really trained: their weights differ from their parents
     assert not torch.equal(weights["sft/format"][name], weights["base/base"][name])
-    assert not torch.equal(weights["rl/easy_dense"][name], weights["sft/easy"][name])
+    assert not torch.equal(weights["sft/easy"][name], weights["sft/format"][name])
+    # the experts ran GRPO for the configured steps, every rollout scored in simulation
+    # (the tiny model's rollouts all score 0: no reward variance, so no update is expected)
+    config = default_config()
+    for expert in plan.experts:
+        metrics = json.loads((local_run / plan.model_dir("rl", expert) / "rl_metrics.json").read_text())
+        assert metrics["steps"] == config["rl"]["steps"]
+        scored = sum(sum(call["statuses"].values()) for call in metrics["reward_calls"])
+        assert scored == sum(call["n"] for call in metrics["reward_calls"]) > 0
 
 
 def test_report_and_benchmarks(local_run):
