@@ -34,17 +34,18 @@ def sample_completions(
     temperature: float = 0.8,
     top_p: float = 0.95,
     max_new_tokens: int = 512,
-    batch_size: int = 8,
+    batch_size: int | None = None,
     seed: int = 0,
     device: str | None = None,
     dtype=None,
     use_vllm: bool = False,
 ) -> dict:
     """Write k completions per task to `out_jsonl` and return statistics (samples,
-    new_tokens, seconds, tokens_per_s, resumed). The samples of a task are drawn
-    `batch_size` at a time (one prompt, `num_return_sequences`); each chunk is seeded
-    by (seed, task, first sample id), so a re-run with the same settings draws the same
-    samples. device: None = cuda (bfloat16) when available, else cpu (float32).
+    new_tokens, seconds, tokens_per_s, resumed). Pending (task, sample) pairs are drawn
+    `batch_size` at a time (default 64 on cuda, 8 on cpu), across tasks, left-padded;
+    each batch is seeded by (seed, its first task and sample id), so a re-run with the
+    same settings and the same pending pairs draws the same samples. device: None = cuda
+    (bfloat16) when available, else cpu (float32).
     use_vllm: sample with vLLM instead (GPU only; needs the vllm package)."""
     out_jsonl = Path(out_jsonl)
     out_jsonl.parent.mkdir(parents=True, exist_ok=True)
@@ -84,40 +85,42 @@ def sample_completions(
 
 
 def _hf_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device, dtype):
-    """Yields (task_id, sample_id, text, new tokens) with transformers generate."""
+    """Yields (task_id, sample_id, text, new tokens) with transformers generate: the
+    pending samples of all tasks, in order, `batch_size` left-padded prompts at a time."""
     import torch
 
     from chorus.modeling import default_device, load_model_and_tokenizer
 
     device = device or default_device()
+    batch_size = batch_size or (64 if device.startswith("cuda") else 8)
     model, tokenizer = load_model_and_tokenizer(model_dir, device, dtype)
     model.eval()
+    tokenizer.padding_side = "left"
     sampling = temperature > 0
     stop_ids = [i for i in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|end|>")}
                 if isinstance(i, int) and i >= 0 and i != tokenizer.unk_token_id]
-    for task in tasks:
-        prompt = render_prompt(tokenizer, build_prompt(task))
-        inputs = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(device)
-        ids = todo[task.id]
-        for chunk in range(0, len(ids), batch_size):
-            sample_ids = ids[chunk : chunk + batch_size]
-            torch.manual_seed(_chunk_seed(seed, task.id, sample_ids[0]))
-            with torch.no_grad():
-                output = model.generate(
-                    **inputs,
-                    do_sample=sampling,
-                    temperature=temperature if sampling else None,
-                    top_p=top_p if sampling else None,
-                    top_k=None,
-                    max_new_tokens=max_new_tokens,
-                    num_return_sequences=len(sample_ids),
-                    pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=stop_ids or None,
-                )
-            completions = output[:, inputs["input_ids"].shape[1] :]
-            for sample_id, tokens in zip(sample_ids, completions):
-                n_tokens = int((tokens != tokenizer.pad_token_id).sum())
-                yield task.id, sample_id, tokenizer.decode(tokens, skip_special_tokens=True), n_tokens
+    prompts = {t.id: render_prompt(tokenizer, build_prompt(t)) for t in tasks}
+    pending = [(t.id, i) for t in tasks for i in todo[t.id]]
+    for chunk in range(0, len(pending), batch_size):
+        items = pending[chunk : chunk + batch_size]
+        inputs = tokenizer([prompts[task_id] for task_id, _ in items], return_tensors="pt",
+                           padding=True, add_special_tokens=False).to(device)
+        torch.manual_seed(_chunk_seed(seed, *items[0]))
+        with torch.no_grad():
+            output = model.generate(
+                **inputs,
+                do_sample=sampling,
+                temperature=temperature if sampling else None,
+                top_p=top_p if sampling else None,
+                top_k=None,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=stop_ids or None,
+            )
+        completions = output[:, inputs["input_ids"].shape[1] :].cpu()
+        for (task_id, sample_id), tokens in zip(items, completions):
+            n_tokens = int((tokens != tokenizer.pad_token_id).sum())
+            yield task_id, sample_id, tokenizer.decode(tokens, skip_special_tokens=True), n_tokens
 
 
 def _vllm_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device, dtype):
