@@ -177,7 +177,8 @@ def test_staged_sft_trains_and_chains(base, stages):
     w0, w1, w2 = weights(base), weights(first), weights(second)
     key = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(w0[key], w1[key]) and not torch.equal(w1[key], w2[key])
-    assert json.loads((second / "train_metrics.json").read_text())["steps"] == m2["steps"]
+    saved = json.loads((second / "train_metrics.json").read_text())
+    assert saved["steps"] == m2["steps"] and saved["model_in"] == str(first)  # chained
     assert (second / "tokenizer.json").exists() and load_tokenizer(second).chat_template
     assert not work_dir_for(second).exists() and not work_dir_for(first).exists()
 

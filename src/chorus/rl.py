@@ -202,6 +202,8 @@ def train_expert(
     runtime = time.perf_counter() - start
     reward_wall = sum(c["wall_s"] for c in coverage.calls)
     metrics = {
+        "model_in": str(model_in),
+        "tasks": [t.id for t in tasks],
         "steps": trainer.state.global_step,
         "reward_mode": reward,
         "format_weight": format_weight,

@@ -178,6 +178,7 @@ def train_stage(
     result = trainer.train(resume_from_checkpoint=resume_from)
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     metrics = {
+        "model_in": str(model_in),
         "steps": trainer.state.global_step,
         "train_loss": result.training_loss,
         "first_loss": losses[0] if losses else None,
