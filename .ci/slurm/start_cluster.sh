@@ -21,7 +21,7 @@ log() { echo "[slurm-setup +$((SECONDS - T0))s] $*"; }
 
 diagnostics() {
   echo "---------------- diagnostics ----------------" >&2
-  for f in /var/log/munge/munged.log $LOGDIR/mariadb.err $LOGDIR/slurmdbd.log \
+  for f in /var/log/munge/munged.log /var/log/mysql/error.log $LOGDIR/slurmdbd.log \
            $LOGDIR/slurmctld.log $LOGDIR/slurmd.log; do
     [ -f "$f" ] && { echo "--- tail $f" >&2; tail -n 25 "$f" >&2; }
   done
@@ -134,18 +134,19 @@ if [ -d /etc/mysql/mariadb.conf.d ]; then
   cat >/etc/mysql/mariadb.conf.d/90-slurmdbd.cnf <<'CONF'
 [mysqld]
 bind-address = 127.0.0.1
-innodb_buffer_pool_size = 256M
+innodb_buffer_pool_size = 1024M
 innodb_lock_wait_timeout = 900
 CONF
 fi
 if ! mysqladmin ping >/dev/null 2>&1; then
   log "starting mariadb"
-  chown mysql:mysql /run/mysqld
+  mkdir -p /var/log/mysql   # mariadbd (user mysql) writes its log itself
+  chown mysql:mysql /run/mysqld /var/log/mysql
   if [ ! -d /var/lib/mysql/mysql ]; then
     mariadb-install-db --user=mysql --datadir=/var/lib/mysql >"$LOGDIR/mariadb-install.log" 2>&1 \
       || die "mariadb-install-db failed: $(tail -n 5 "$LOGDIR/mariadb-install.log")"
   fi
-  (setsid mysqld_safe --skip-syslog --log-error="$LOGDIR/mariadb.err" </dev/null >/dev/null 2>&1 &)
+  (setsid mysqld_safe --skip-syslog --log-error=/var/log/mysql/error.log </dev/null >/dev/null 2>&1 &)
   CHANGED=1
 fi
 wait_for 60 "mariadb to answer (mysqladmin ping)" mysqladmin ping
@@ -154,35 +155,7 @@ mysql -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
   GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;" \
   || die "could not create slurm_acct_db and its user in mariadb"
 
-# -- slurmdbd --------------------------------------------------------------------------------
-tmp=$(mktemp)
-cat >"$tmp" <<CONF
-# written by .ci/slurm/start_cluster.sh
-AuthType=auth/munge
-DbdHost=localhost
-DbdPort=6819
-SlurmUser=root
-StorageType=accounting_storage/mysql
-StorageHost=localhost
-StoragePort=3306
-StorageUser=slurm
-StoragePass=$DB_PASS
-StorageLoc=slurm_acct_db
-LogFile=$LOGDIR/slurmdbd.log
-PidFile=/run/slurmdbd.pid
-CONF
-if install_if_changed "$tmp" /etc/slurm/slurmdbd.conf 0600 && running /run/slurmdbd.pid slurmdbd; then
-  log "slurmdbd.conf changed: restarting slurmdbd"
-  stop_daemon /run/slurmdbd.pid slurmdbd
-fi
-if ! running /run/slurmdbd.pid slurmdbd; then
-  log "starting slurmdbd"
-  slurmdbd || die "slurmdbd did not start"
-  CHANGED=1
-fi
-wait_for 60 "slurmdbd to answer sacctmgr" sacctmgr -n list cluster
-
-# -- slurm.conf: this node's real CPUs and memory, from slurmd -C ------------------------------
+# -- slurm.conf (before slurmdbd: sacctmgr reads it too): this node's CPUs and memory, from slurmd -C
 node_hw=$(slurmd -C | head -n 1 | tr ' ' '\n' \
   | grep -E '^(CPUs|Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore|RealMemory)=' | tr '\n' ' ')
 case "$node_hw" in *CPUs=*RealMemory=*) ;; *) die "could not read the node's hardware from 'slurmd -C'";; esac
@@ -238,6 +211,34 @@ if install_if_changed "$tmp" /etc/slurm/slurm.conf 0644; then
   log "wrote /etc/slurm/slurm.conf (NodeName=$host ${node_hw})"
   restart_slurm=1
 fi
+
+# -- slurmdbd --------------------------------------------------------------------------------
+tmp=$(mktemp)
+cat >"$tmp" <<CONF
+# written by .ci/slurm/start_cluster.sh
+AuthType=auth/munge
+DbdHost=localhost
+DbdPort=6819
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StoragePort=3306
+StorageUser=slurm
+StoragePass=$DB_PASS
+StorageLoc=slurm_acct_db
+LogFile=$LOGDIR/slurmdbd.log
+PidFile=/run/slurmdbd.pid
+CONF
+if install_if_changed "$tmp" /etc/slurm/slurmdbd.conf 0600 && running /run/slurmdbd.pid slurmdbd; then
+  log "slurmdbd.conf changed: restarting slurmdbd"
+  stop_daemon /run/slurmdbd.pid slurmdbd
+fi
+if ! running /run/slurmdbd.pid slurmdbd; then
+  log "starting slurmdbd"
+  slurmdbd || die "slurmdbd did not start"
+  CHANGED=1
+fi
+wait_for 60 "slurmdbd to answer sacctmgr" sacctmgr -n list cluster
 
 # -- cluster, account and user in the accounting database ----------------------------------------
 sacctmgr -n list cluster format=cluster | grep -qw chorus \
