@@ -91,9 +91,10 @@ if [ "$need_install" = 1 ]; then
     made_policy=1
   fi
   apt_log=$(mktemp /tmp/slurm-apt.XXXXXX.log)
-  if ! { apt-get update -qq && apt-get install -y -qq -o Dpkg::Options::=--force-confold \
-           slurm-wlm slurm-client slurmdbd slurm-wlm-mysql-plugin munge mariadb-server \
-           mariadb-client; } >"$apt_log" 2>&1; then
+  apt-get update -qq >"$apt_log" 2>&1 || log "apt-get update failed: trying the package lists at hand"
+  if ! apt-get install -y -qq -o Dpkg::Options::=--force-confold \
+         slurm-wlm slurm-client slurmdbd slurm-wlm-mysql-plugin munge mariadb-server \
+         mariadb-client >>"$apt_log" 2>&1; then
     [ "$made_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
     tail -n 40 "$apt_log" >&2
     die "apt-get install failed (full log: $apt_log)"
