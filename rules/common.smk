@@ -23,8 +23,8 @@ wildcard_constraints:
 def job_resources(kind):
     """Rule resources from config.resources.<kind>; the SLURM profile maps them to sbatch."""
     spec = config["resources"][kind]
+    # cpus reach sbatch through the rule's threads (job_threads), which profiles may override
     resources = {"mem_mb": spec["mem_mb"], "runtime": spec["runtime"]}
-    resources["cpus_per_task"] = spec["cpus"]
     if spec.get("gpu", 0):
         resources["gpu"] = spec["gpu"]
     return resources
