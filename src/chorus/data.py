@@ -36,14 +36,23 @@ def verified_rows(tasks: list[Task], samples_jsonl: str | Path | list) -> list[d
     by_id = {t.id: t for t in tasks}
     rows, seen = [], set()
     for path in paths:
-        for sample in read_jsonl(path):
-            if not _truthy(sample.get("passed")) or sample.get("task_id") not in by_id:
-                continue
-            stimulus = extract_stimulus(sample["completion"])
-            if (sample["task_id"], stimulus) in seen:
-                continue
-            seen.add((sample["task_id"], stimulus))
-            rows.append(sft_row(by_id[sample["task_id"]], stimulus, "verified"))
+        passing = [s for s in read_jsonl(path) if _truthy(s.get("passed"))]
+        rows += _new_verified_rows(passing, by_id, seen)
+    return rows
+
+
+def _new_verified_rows(samples, by_id: dict[str, Task], seen: set) -> list[dict]:
+    """SFT rows for samples of known tasks whose (task, stimulus text) is not in `seen`
+    yet; `seen` is updated, so several sources share one deduplication."""
+    rows = []
+    for sample in samples:
+        if sample.get("task_id") not in by_id:
+            continue
+        stimulus = extract_stimulus(sample["completion"])
+        if (sample["task_id"], stimulus) in seen:
+            continue
+        seen.add((sample["task_id"], stimulus))
+        rows.append(sft_row(by_id[sample["task_id"]], stimulus, "verified"))
     return rows
 
 
@@ -102,19 +111,12 @@ def build_consolidation_dataset(
     per_expert = {}
     for generations_path, table_path in expert_samples:
         table = pd.read_csv(table_path)
-        passing = set(zip(table.loc[table["passed"].astype(bool), "task_id"], table.loc[table["passed"].astype(bool), "sample_id"]))
-        kept = 0
-        for sample in read_jsonl(generations_path):
-            key = (sample["task_id"], sample["sample_id"])
-            if key not in passing or sample["task_id"] not in by_id:
-                continue
-            stimulus = extract_stimulus(sample["completion"])
-            if (sample["task_id"], stimulus) in seen:
-                continue
-            seen.add((sample["task_id"], stimulus))
-            rows.append(sft_row(by_id[sample["task_id"]], stimulus, "verified"))
-            kept += 1
-        per_expert[str(Path(generations_path).parent)] = {"passing_samples": len(passing), "kept": kept}
+        passed = table[table["passed"].astype(bool)]
+        passing = set(zip(passed["task_id"], passed["sample_id"]))
+        samples = [s for s in read_jsonl(generations_path) if (s["task_id"], s["sample_id"]) in passing]
+        new_rows = _new_verified_rows(samples, by_id, seen)
+        rows += new_rows
+        per_expert[str(Path(generations_path).parent)] = {"passing_samples": len(passing), "kept": len(new_rows)}
     verified = len(rows)
     if include_reference:
         rows += [sft_row(t, t.reference_stimulus.read_text(), "reference") for t in tasks if t.reference_stimulus]

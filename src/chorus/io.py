@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +26,23 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(out_dir: str | Path):
+    """Yield a sibling temp folder to fill; on success it replaces `out_dir` by a rename,
+    on failure it is removed: a killed job never leaves a folder that looks complete."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        yield staging
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        staging.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
         raise
 
 

@@ -8,11 +8,11 @@ method; `run_merge` runs it through mergekit's Python API. Task-vector methods
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import yaml
+
+from chorus.io import atomic_dir
 
 METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "slerp")
 TASK_VECTOR_METHODS = ("task_arithmetic", "ties", "dare_ties")
@@ -91,29 +91,20 @@ def run_merge(config: dict, out_dir: str | Path, *, device: str = "cpu", seed: i
 
     from chorus.modeling import load_tokenizer
 
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-merge-", dir=out_dir.parent))
-    try:
-        options = MergeOptions(
-            device=device,
-            copy_tokenizer=True,
-            write_model_card=False,
-            random_seed=seed,
-            lazy_unpickle=False,
-            safe_serialization=True,
-            quiet=True,
-        )
+    options = MergeOptions(
+        device=device,
+        copy_tokenizer=True,
+        write_model_card=False,
+        random_seed=seed,
+        lazy_unpickle=False,
+        safe_serialization=True,
+        quiet=True,
+    )
+    with atomic_dir(out_dir) as staging:
         mergekit_run(MergeConfiguration.model_validate(config), str(staging), options=options)
         if not all((staging / name).exists() for name in TOKENIZER_FILES):
             # mergekit logs a failed tokenizer copy and carries on; do it ourselves
             donor = config.get("base_model") or config["models"][0]["model"]
             load_tokenizer(donor).save_pretrained(staging)
         (staging / "mergekit_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        staging.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out_dir
+    return Path(out_dir)

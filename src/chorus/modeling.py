@@ -7,10 +7,9 @@ so TRL, transformers and mergekit treat it like any Hugging Face checkpoint.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
+from chorus.io import atomic_dir
 from chorus.prompts import build_prompt, format_completion
 from chorus.tasks import Task
 
@@ -174,18 +173,9 @@ def build_model_from_shape(
 def save_model_atomically(model, tokenizer, out_dir: str | Path) -> None:
     """save_pretrained into a sibling temp folder, then rename: a killed job never
     leaves a folder that looks like a complete checkpoint."""
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as staging:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        staging.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def load_tokenizer(path: str | Path):
