@@ -106,31 +106,38 @@ def _workdir_parent(as_root: bool) -> str:
 
 
 def _processes_of_uid(uid: int) -> list[int]:
+    """Live (non-zombie) processes owned by `uid`."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            if os.stat(f"/proc/{entry}").st_uid == uid:
-                pids.append(int(entry))
-        except FileNotFoundError:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
             continue
+        if state != "Z":
+            pids.append(int(entry))
     return pids
 
 
-def _kill_everything(proc: subprocess.Popen, uid: int | None) -> None:
+def _kill_everything(proc: subprocess.Popen, uid: int | None, deadline_s: float = 10.0) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
     if uid is None:
         return
-    # a candidate may fork, setsid and leave the session: the uid catches those too
-    for _ in range(20):
-        pids = _processes_of_uid(uid)
-        if not pids:
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    # A candidate may fork, setsid and leave the session, or fork faster than we kill
+    # pid by pid: kill(-1) sent as the sandbox uid reaches all of its processes in one
+    # pass that new forks cannot slip past. Repeat until the uid owns nothing, so the
+    # next candidate in this slot starts with its whole process budget.
+    end = time.monotonic() + deadline_s
+    while _processes_of_uid(uid) and time.monotonic() < end:
+        subprocess.run(
+            ["kill", "-KILL", "-1"], user=uid, group=uid, extra_groups=[],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+        )
         time.sleep(0.02)
 
 
@@ -266,7 +273,6 @@ def run_candidate(
                 timed_out = True
             finally:
                 _kill_everything(proc, uid)
-                proc.wait()
         wall = time.monotonic() - start
         log_size = log_path.stat().st_size
         with open(log_path, "rb") as handle:
