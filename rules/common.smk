@@ -38,9 +38,10 @@ def task_files():
     """Every file of the task source: editing a task re-runs what depends on it."""
     if config["tasks"]["source"] == "cvdp":
         return [config["tasks"]["cvdp_jsonl"]]
-    return sorted(str(p) for p in Path(config["tasks"]["root"]).rglob("*") if p.is_file())
+    return sorted(
+        str(p) for p in Path(config["tasks"]["root"]).rglob("*") if p.is_file()
+    )
 
 
 def model_dir(wildcards):
     return PLAN.model_dir(wildcards.kind, wildcards.name)
-

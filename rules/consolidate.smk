@@ -19,17 +19,17 @@ rule consolidate_data:
     output:
         data=f"{RESULTS}/data/consolidate/{DISTILLED}.jsonl",
         stats=f"{RESULTS}/data/consolidate/{DISTILLED}.stats.json",
-    params:
-        include_reference=CONSOLIDATE.get("include_reference", True),
     log:
         f"{RESULTS}/logs/consolidate_data.log",
     benchmark:
         f"{RESULTS}/benchmarks/consolidate_data.tsv"
+    conda:
+        "../envs/chorus.yaml"
     threads: 1
     resources:
         **job_resources("light_job"),
-    conda:
-        "../envs/chorus.yaml"
+    params:
+        include_reference=CONSOLIDATE.get("include_reference", True),
     script:
         "../scripts/consolidate_data.py"
 
@@ -40,6 +40,15 @@ rule consolidate_sft:
         data=rules.consolidate_data.output.data,
     output:
         model=directory(PLAN.model_dir("consolidated", DISTILLED)),
+    log:
+        f"{RESULTS}/logs/consolidate_sft.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/consolidate_sft.tsv"
+    conda:
+        "../envs/chorus.yaml"
+    threads: job_threads("gpu_job")
+    resources:
+        **job_resources("gpu_job"),
     params:
         stage={
             "name": DISTILLED,
@@ -51,15 +60,6 @@ rule consolidate_sft:
         max_length=config["max_length"],
         device=config["device"],
         deepspeed=config.get("deepspeed"),
-    log:
-        f"{RESULTS}/logs/consolidate_sft.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/consolidate_sft.tsv"
-    threads: job_threads("gpu_job")
-    resources:
-        **job_resources("gpu_job"),
-    conda:
-        "../envs/chorus.yaml"
     script:
         "../scripts/sft.py"
 
@@ -70,19 +70,19 @@ rule consolidate_rl:
         manifest=rules.prepare_tasks.output.manifest,
     output:
         model=directory(PLAN.model_dir("consolidated", f"{DISTILLED}_rl")),
+    log:
+        f"{RESULTS}/logs/consolidate_rl.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/consolidate_rl.tsv"
+    conda:
+        "../envs/chorus.yaml"
+    threads: job_threads("gpu_job")
+    resources:
+        **job_resources("gpu_job"),
     params:
         expert={**PLAN.expert(PLAN.experts[0]), "name": f"{DISTILLED}_rl"},
         simulation=config["simulation"],
         device=config["device"],
         deepspeed=config.get("deepspeed"),
-    log:
-        f"{RESULTS}/logs/consolidate_rl.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/consolidate_rl.tsv"
-    threads: job_threads("gpu_job")
-    resources:
-        **job_resources("gpu_job"),
-    conda:
-        "../envs/chorus.yaml"
     script:
         "../scripts/rl.py"

@@ -6,18 +6,18 @@ rule prepare_tasks:
         task_files(),
     output:
         manifest=f"{RESULTS}/tasks/manifest.json",
-    params:
-        tasks=config["tasks"],
-        converted_dir=f"{RESULTS}/tasks/cvdp",
     log:
         f"{RESULTS}/logs/prepare_tasks.log",
     benchmark:
         f"{RESULTS}/benchmarks/prepare_tasks.tsv"
+    conda:
+        "../envs/chorus.yaml"
     threads: 1
     resources:
         **job_resources("light_job"),
-    conda:
-        "../envs/chorus.yaml"
+    params:
+        tasks=config["tasks"],
+        converted_dir=f"{RESULTS}/tasks/cvdp",
     script:
         "../scripts/prepare_tasks.py"
 
@@ -27,17 +27,17 @@ rule build_base_model:
         manifest=rules.prepare_tasks.output.manifest,
     output:
         model=directory(f"{RESULTS}/models/base"),
-    params:
-        tiny=config["model"]["tiny"],
     log:
         f"{RESULTS}/logs/build_base_model.log",
     benchmark:
         f"{RESULTS}/benchmarks/build_base_model.tsv"
+    conda:
+        "../envs/chorus.yaml"
     threads: 1
     resources:
         **job_resources("light_job"),
-    conda:
-        "../envs/chorus.yaml"
+    params:
+        tiny=config["model"]["tiny"],
     script:
         "../scripts/build_base_model.py"
 
@@ -47,16 +47,16 @@ rule sft_data:
         manifest=rules.prepare_tasks.output.manifest,
     output:
         data=f"{RESULTS}/data/sft/{{stage}}.jsonl",
-    params:
-        mix=lambda wc: PLAN.stage(wc.stage)["mix"],
     log:
         f"{RESULTS}/logs/sft_data/{{stage}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/sft_data/{{stage}}.tsv"
+    conda:
+        "../envs/chorus.yaml"
     threads: 1
     resources:
         **job_resources("light_job"),
-    conda:
-        "../envs/chorus.yaml"
+    params:
+        mix=lambda wc: PLAN.stage(wc.stage)["mix"],
     script:
         "../scripts/sft_data.py"

@@ -16,19 +16,19 @@ rule generate:
         manifest=rules.prepare_tasks.output.manifest,
     output:
         generations=f"{RESULTS}/eval/{{pool}}/{{kind}}/{{name}}/generations.jsonl",
-    params:
-        pool=lambda wc: pool_settings(wc.pool),
-        sampling={k: v for k, v in config["eval"].items() if k not in ("splits", "k")},
-        device=config["device"],
     log:
         f"{RESULTS}/logs/generate/{{pool}}/{{kind}}/{{name}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/generate/{{pool}}/{{kind}}/{{name}}.tsv"
+    conda:
+        "../envs/chorus.yaml"
     threads: job_threads("gpu_job")
     resources:
         **job_resources("gpu_job"),
-    conda:
-        "../envs/chorus.yaml"
+    params:
+        pool=lambda wc: pool_settings(wc.pool),
+        sampling={k: v for k, v in config["eval"].items() if k not in ("splits", "k")},
+        device=config["device"],
     script:
         "../scripts/generate.py"
 
@@ -39,19 +39,19 @@ rule score_shard:
         manifest=rules.prepare_tasks.output.manifest,
     output:
         scores=f"{RESULTS}/eval/{{pool}}/{{kind}}/{{name}}/scores/shard{{shard}}.jsonl",
-    params:
-        shard=lambda wc: int(wc.shard),
-        num_shards=config["simulation"]["shards"],
-        simulation=config["simulation"],
     log:
         f"{RESULTS}/logs/score/{{pool}}/{{kind}}/{{name}}/shard{{shard}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/score/{{pool}}/{{kind}}/{{name}}/shard{{shard}}.tsv"
+    conda:
+        "../envs/simulation.yaml"
     threads: job_threads("sim_job")
     resources:
         **job_resources("sim_job"),
-    conda:
-        "../envs/simulation.yaml"
+    params:
+        shard=lambda wc: int(wc.shard),
+        num_shards=config["simulation"]["shards"],
+        simulation=config["simulation"],
     script:
         "../scripts/score_shard.py"
 
@@ -65,16 +65,16 @@ rule gather_scores:
         generations=rules.generate.output.generations,
     output:
         table=f"{RESULTS}/eval/{{pool}}/{{kind}}/{{name}}/per_sample.csv",
-    params:
-        model=lambda wc: f"{wc.kind}/{wc.name}",
     log:
         f"{RESULTS}/logs/gather/{{pool}}/{{kind}}/{{name}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/gather/{{pool}}/{{kind}}/{{name}}.tsv"
+    conda:
+        "../envs/chorus.yaml"
     threads: 1
     resources:
         **job_resources("light_job"),
-    conda:
-        "../envs/chorus.yaml"
+    params:
+        model=lambda wc: f"{wc.kind}/{wc.name}",
     script:
         "../scripts/gather_scores.py"

@@ -5,21 +5,23 @@
 
 rule merge:
     input:
-        experts=lambda wc: [PLAN.model_dir("rl", e) for e in PLAN.merge_experts(wc.merge)],
+        experts=lambda wc: [
+            PLAN.model_dir("rl", e) for e in PLAN.merge_experts(wc.merge)
+        ],
         base=lambda wc: PLAN.model_dir("sft", PLAN.merge_base_stage(wc.merge)),
     output:
         model=directory(f"{RESULTS}/models/merge/{{merge}}"),
-    params:
-        strategy=lambda wc: PLAN.merge(wc.merge),
-        device=config["device"],
     log:
         f"{RESULTS}/logs/merge/{{merge}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/merge/{{merge}}.tsv"
+    conda:
+        "../envs/merge.yaml"
     threads: job_threads("gpu_job")
     resources:
         **job_resources("gpu_job"),
-    conda:
-        "../envs/merge.yaml"
+    params:
+        strategy=lambda wc: PLAN.merge(wc.merge),
+        device=config["device"],
     script:
         "../scripts/merge.py"

@@ -21,18 +21,18 @@ rule aggregate:
             category="Tables",
         ),
         per_sample=f"{RESULTS}/tables/per_sample.csv",
-    params:
-        pass_at=config["eval"].get("pass_at", [1]),
-        experts=[f"rl/{e}" for e in PLAN.experts],
     log:
         f"{RESULTS}/logs/aggregate.log",
     benchmark:
         f"{RESULTS}/benchmarks/aggregate.tsv"
+    conda:
+        "../envs/report.yaml"
     threads: 1
     resources:
         **job_resources("light_job"),
-    conda:
-        "../envs/report.yaml"
+    params:
+        pass_at=config["eval"].get("pass_at", [1]),
+        experts=[f"rl/{e}" for e in PLAN.experts],
     script:
         "../scripts/aggregate.py"
 
@@ -52,16 +52,16 @@ rule plots:
             caption="../report/complementarity.rst",
             category="Plots",
         ),
-    params:
-        experts=[f"rl/{e}" for e in PLAN.experts],
     log:
         f"{RESULTS}/logs/plots.log",
     benchmark:
         f"{RESULTS}/benchmarks/plots.tsv"
+    conda:
+        "../envs/report.yaml"
     threads: 1
     resources:
         **job_resources("light_job"),
-    conda:
-        "../envs/report.yaml"
+    params:
+        experts=[f"rl/{e}" for e in PLAN.experts],
     script:
         "../scripts/plots.py"

@@ -8,19 +8,19 @@ rule rl:
         manifest=rules.prepare_tasks.output.manifest,
     output:
         model=directory(f"{RESULTS}/models/rl/{{expert}}"),
+    log:
+        f"{RESULTS}/logs/rl/{{expert}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/rl/{{expert}}.tsv"
+    conda:
+        "../envs/chorus.yaml"
+    threads: job_threads("gpu_job")
+    resources:
+        **job_resources("gpu_job"),
     params:
         expert=lambda wc: PLAN.expert(wc.expert),
         simulation=config["simulation"],
         device=config["device"],
         deepspeed=config.get("deepspeed"),
-    log:
-        f"{RESULTS}/logs/rl/{{expert}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/rl/{{expert}}.tsv"
-    threads: job_threads("gpu_job")
-    resources:
-        **job_resources("gpu_job"),
-    conda:
-        "../envs/chorus.yaml"
     script:
         "../scripts/rl.py"

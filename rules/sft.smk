@@ -15,6 +15,15 @@ rule sft:
         data=rules.sft_data.output.data,
     output:
         model=directory(f"{RESULTS}/models/sft/{{stage}}"),
+    log:
+        f"{RESULTS}/logs/sft/{{stage}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/sft/{{stage}}.tsv"
+    conda:
+        "../envs/chorus.yaml"
+    threads: job_threads("gpu_job")
+    resources:
+        **job_resources("gpu_job"),
     params:
         stage=lambda wc: PLAN.stage(wc.stage),
         batch_size=config["sft"].get("batch_size", 2),
@@ -22,14 +31,5 @@ rule sft:
         max_length=config["max_length"],
         device=config["device"],
         deepspeed=config.get("deepspeed"),
-    log:
-        f"{RESULTS}/logs/sft/{{stage}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/sft/{{stage}}.tsv"
-    threads: job_threads("gpu_job")
-    resources:
-        **job_resources("gpu_job"),
-    conda:
-        "../envs/chorus.yaml"
     script:
         "../scripts/sft.py"
