@@ -1,8 +1,10 @@
-"""Sandbox child: confine this process, then run the cocotb stimulus (see sandbox.py).
+"""Sandbox child: confine this process, then run the prebuilt simulator (see sandbox.py).
 
-Started as `python -m chorus.harness._child job.json` in the candidate's temp dir.
-Everything before `runner.test` runs as the scorer's user; confinement is applied first,
-so no candidate code ever runs unconfined.
+Started as `python -I -S _child.py job.json` in the candidate's temp dir: standard
+library only, so it starts in milliseconds. Confinement comes first, so no candidate
+code ever runs unconfined. The job names the simulator command and its environment
+(cocotb's variables: test module, toplevel, results file; computed by the parent once
+per build), so this process does not import cocotb or its runner.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ CLONE_NEWPID = 0x20000000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
 # world-writable places a candidate could otherwise write to
 SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
-GUARD_DIR = Path(__file__).resolve().parent / "guard"
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -137,30 +138,14 @@ def main() -> int:
     status = confine(job)
     Path("confinement.json").write_text(json.dumps(status))
     Path(sys.argv[1]).unlink()
+    import subprocess
 
-    from cocotb_tools.runner import get_runner
-
-    runner = get_runner("verilator")
-    # The runner hands the simulator's Python this process's sys.path and environment:
-    # put the guard's sitecustomize first and switch it on for that Python only.
-    if job["guard"]:
-        sys.path.insert(0, str(GUARD_DIR))
-        os.environ["CHORUS_GUARD"] = "1"
     try:
-        runner.test(
-            test_module=job["module"],
-            hdl_toplevel=job["toplevel"],
-            hdl_toplevel_lang="verilog",
-            build_dir=job["build_dir"],
-            test_dir=os.getcwd(),
-            seed=job["seed"],
-        )
-    except SystemExit as exit_:
-        return int(exit_.code or 0) if not isinstance(exit_.code, str) else 1
-    except Exception as err:  # the runner's own failure: report it, don't hide it
+        code = subprocess.run(job["command"], env=job["env"], stdin=subprocess.DEVNULL).returncode
+    except OSError as err:  # the simulator could not start: report it, don't hide it
         print(f"chorus-sandbox: simulator run failed: {err!r}", flush=True)
         return 1
-    return 0
+    return code if code >= 0 else 128 - code
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Run one untrusted cocotb stimulus against a prebuilt simulator, confined.
 
-Each candidate runs in its own child process (`python -m chorus.harness._child`) that,
-before any candidate code runs:
+Each candidate runs in its own child process (`harness/_child.py`, standard library
+only) that, before any candidate code runs:
 - starts a new session (so the whole process tree can be killed),
 - enters a fresh network namespace with no interfaces up (no network at all),
 - sets rlimits: address space, CPU seconds, open files, processes, file size (caps the
@@ -10,8 +10,10 @@ before any candidate code runs:
   slot) with no supplementary groups: the candidate cannot read root's files (~/.ssh),
   write outside its temp dir and world-writable places, or signal the scorer, and the
   process limit really applies (root ignores RLIMIT_NPROC).
-The child runs in an empty temp dir (removed afterwards) with an environment stripped to
-an allow-list. The parent enforces a wall-clock timeout and, when it ends, kills every
+The child then starts the prebuilt simulator binary itself, with the environment
+variables by which cocotb's runner would start it (`simulator_command`): cocotb and its
+runner are imported once in the scorer, not once per candidate. The child runs in an
+empty temp dir (removed afterwards) with an environment stripped to an allow-list. The parent enforces a wall-clock timeout and, when it ends, kills every
 process left in the session and every process of the sandbox uid.
 
 Without root, namespaces and the uid drop are skipped (rlimits, timeout, temp dir and
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import signal
@@ -42,6 +45,9 @@ SLOT_COUNT = 512
 SLOT_DIR = Path(tempfile.gettempdir()) / "chorus-sandbox-slots"
 STIMULUS_MODULE = "stimulus"
 LOG_NAME = "sim.log"
+RESULTS_NAME = "results.xml"
+CHILD_SCRIPT = Path(__file__).resolve().parent / "_child.py"
+GUARD_DIR = Path(__file__).resolve().parent / "guard"
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,52 @@ def _child_env(workdir: Path) -> dict[str, str]:
     return setup_verilator_env(env)
 
 
+@functools.cache
+def _cocotb_embedding() -> dict[str, str]:
+    """How the simulator finds cocotb and this Python (what cocotb's runner sets in
+    `_set_env_common`): the libpython and cocotb's GPI entry point to load, the
+    interpreter whose environment the embedded Python takes, cocotb's libraries."""
+    import cocotb_tools.config
+    import find_libpython
+
+    libpython = find_libpython.find_libpython()
+    if libpython is None:
+        raise RuntimeError("cocotb cannot find libpython for this interpreter")
+    return {
+        "GPI_USERS": ";".join([libpython, cocotb_tools.config.pygpi_entry_point()]),
+        "PYGPI_PYTHON_BIN": sys.executable,
+        "libs_dir": str(cocotb_tools.config.libs_dir),
+    }
+
+
+def simulator_command(workdir: Path, build_dir: Path, toplevel: str, seed: int, guard: bool):
+    """(argv, env) that run the cocotb test module `stimulus` in `workdir` against the
+    Verilator build, as `cocotb_tools.runner.Verilator.test` would: the build's binary,
+    cocotb's documented environment variables, results in `workdir/results.xml`."""
+    embedding = _cocotb_embedding()
+    env = _child_env(workdir)
+    # The simulator's Python imports the stimulus from the workdir; the guard's
+    # sitecustomize comes first and is switched on for that Python only.
+    python_path = [str(GUARD_DIR)] if guard else []
+    python_path += [str(workdir), *(p for p in sys.path if p and Path(p).exists())]
+    env.update({
+        "PATH": env["PATH"] + os.pathsep + embedding["libs_dir"],
+        "PYTHONPATH": os.pathsep.join(python_path),
+        "GPI_USERS": embedding["GPI_USERS"],
+        "PYGPI_PYTHON_BIN": embedding["PYGPI_PYTHON_BIN"],
+        "COCOTB_TOPLEVEL": toplevel,
+        "COCOTB_TEST_MODULES": STIMULUS_MODULE,
+        "TOPLEVEL_LANG": "verilog",
+        "COCOTB_TRUST_INERTIAL_WRITES": "1",  # the runner's default for Verilator
+        "COCOTB_RANDOM_SEED": str(seed),
+        "COCOTB_RESULTS_FILE": str(workdir / RESULTS_NAME),
+        "COCOTB_RESULTS_ATTACHMENTS": "",
+    })
+    if guard:
+        env["CHORUS_GUARD"] = "1"
+    return [str(Path(build_dir) / toplevel)], env
+
+
 def _read_results(path: Path) -> tuple[int | None, int, list[str]]:
     if not path.is_file():
         return None, 0, []
@@ -231,14 +283,12 @@ def run_candidate(
         workdir = Path(tmp)
         uid = SANDBOX_UID_BASE + slot if slot is not None else None
         (workdir / f"{STIMULUS_MODULE}.py").write_text(stimulus_text)
+        command, sim_env = simulator_command(workdir, build_dir, toplevel, seed, limits.guard)
         job = {
-            "build_dir": str(build_dir),
-            "toplevel": toplevel,
-            "module": STIMULUS_MODULE,
-            "seed": seed,
+            "command": command,
+            "env": sim_env,
             "uid": uid,
             "isolate_network": limits.isolate_network,
-            "guard": limits.guard,
             "limits": {
                 "mem_mb": limits.mem_mb,
                 "cpu_s": limits.cpu_s or int(limits.timeout_s) + 5,
@@ -258,7 +308,8 @@ def run_candidate(
             if uid is not None:
                 os.chown(log_path, uid, uid)
             proc = subprocess.Popen(
-                [sys.executable, "-m", "chorus.harness._child", str(job_path)],
+                # -I -S: ignore PYTHON* variables and site-packages; stdlib only
+                [sys.executable, "-I", "-S", str(CHILD_SCRIPT), str(job_path)],
                 cwd=workdir,
                 env=_child_env(workdir),
                 stdin=subprocess.DEVNULL,
@@ -279,7 +330,7 @@ def run_candidate(
             handle.seek(max(0, log_size - 3000))
             log_tail = handle.read().decode(errors="replace")
         output_limited = log_size >= limits.fsize_mb * 1024 * 1024 - 4096
-        tests, failures, messages = _read_results(workdir / "results.xml")
+        tests, failures, messages = _read_results(workdir / RESULTS_NAME)
         coverage_file = workdir / "coverage.dat"
         coverage = (
             read_coverage_dat(coverage_file, load_points_manifest(build_dir)) if coverage_file.is_file() else None
