@@ -34,6 +34,26 @@ def job_threads(kind):
     return config["resources"][kind]["cpus"]
 
 
+def training_launch():
+    """How a training job starts: device, DeepSpeed config, ranks (chorus.launch)."""
+    return {
+        "device": config["device"],
+        "deepspeed": config.get("deepspeed"),
+        "processes": config.get("train_processes", "auto"),
+    }
+
+
+def sft_settings():
+    """Batch settings shared by the SFT stages and the consolidation SFT."""
+    sft = config["sft"]
+    return {
+        "batch_size": sft.get("batch_size", 2),
+        "grad_accum": sft.get("grad_accum", 1),
+        "save_steps": sft.get("save_steps", 200),
+        "max_length": config["max_length"],
+    }
+
+
 def task_files():
     """Every file of the task source: editing a task re-runs what depends on it."""
     if config["tasks"]["source"] == "cvdp":

@@ -55,11 +55,8 @@ rule consolidate_sft:
             "epochs": CONSOLIDATE.get("epochs", 1),
             "lr": CONSOLIDATE.get("lr", 5e-4),
         },
-        batch_size=config["sft"].get("batch_size", 2),
-        grad_accum=config["sft"].get("grad_accum", 1),
-        max_length=config["max_length"],
-        device=config["device"],
-        deepspeed=config.get("deepspeed"),
+        settings=sft_settings(),
+        launch=training_launch(),
     script:
         "../scripts/sft.py"
 
@@ -82,7 +79,6 @@ rule consolidate_rl:
     params:
         expert={**PLAN.expert(PLAN.experts[0]), "name": f"{DISTILLED}_rl"},
         simulation=config["simulation"],
-        device=config["device"],
-        deepspeed=config.get("deepspeed"),
+        launch=training_launch(),
     script:
         "../scripts/rl.py"

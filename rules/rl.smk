@@ -20,7 +20,6 @@ rule rl:
     params:
         expert=lambda wc: PLAN.expert(wc.expert),
         simulation=config["simulation"],
-        device=config["device"],
-        deepspeed=config.get("deepspeed"),
+        launch=training_launch(),
     script:
         "../scripts/rl.py"

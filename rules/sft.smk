@@ -26,10 +26,7 @@ rule sft:
         **job_resources("gpu_job"),
     params:
         stage=lambda wc: PLAN.stage(wc.stage),
-        batch_size=config["sft"].get("batch_size", 2),
-        grad_accum=config["sft"].get("grad_accum", 1),
-        max_length=config["max_length"],
-        device=config["device"],
-        deepspeed=config.get("deepspeed"),
+        settings=sft_settings(),
+        launch=training_launch(),
     script:
         "../scripts/sft.py"

@@ -1,35 +1,19 @@
-"""Train one RL expert with GRPO; the reward is the coverage reached in simulation."""
+"""Train one RL expert with GRPO, one rank per GPU the job was given (chorus.launch); the
+reward is the coverage reached in simulation."""
 
-from chorus.harness import SandboxLimits
-from chorus.io import resolve_device, script_logging
-from chorus.rl import train_expert
-from chorus.tasks import load_manifest
+from chorus.io import script_logging
+from chorus.launch import launch_training
 
 with script_logging(snakemake):
-    expert = snakemake.params.expert
-    sim = snakemake.params.simulation
-    tasks = load_manifest(
-        snakemake.input.manifest,
-        splits=expert.get("splits", ["train"]),
-    )
-    if expert.get("difficulties"):
-        tasks = [t for t in tasks if t.difficulty in expert["difficulties"]]
-    train_expert(
-        snakemake.input.model,
-        tasks,
-        snakemake.output.model,
-        reward=expert["reward"],
-        format_weight=expert["format_weight"],
-        num_generations=expert["num_generations"],
-        max_completion_length=expert["max_completion_length"],
-        steps=expert["steps"],
-        lr=expert["lr"],
-        beta=expert["beta"],
-        temperature=expert["temperature"],
-        batch_size=expert["batch_size"],
-        seed=expert["seed"],
-        sim_workers=snakemake.threads,
-        sim_limits=SandboxLimits(timeout_s=sim["timeout_s"], mem_mb=sim["mem_mb"]),
-        device=resolve_device(snakemake.params.device),
-        deepspeed_config=snakemake.params.deepspeed,
+    launch_training(
+        "chorus.rl:train_expert_job",
+        dict(
+            model_in=snakemake.input.model,
+            manifest=snakemake.input.manifest,
+            out_dir=snakemake.output.model,
+            expert=snakemake.params.expert,
+            simulation=snakemake.params.simulation,
+            job_cpus=snakemake.threads,
+        ),
+        snakemake.params.launch,
     )

@@ -1,20 +1,21 @@
-"""Fine-tune one SFT stage (or the distillation model) with TRL's SFTTrainer."""
+"""Fine-tune one SFT stage (or the distillation model) with TRL's SFTTrainer, one rank
+per GPU the job was given (chorus.launch)."""
 
-from chorus.io import resolve_device, script_logging
-from chorus.sft import train_stage
+from chorus.io import script_logging
+from chorus.launch import launch_training
 
 with script_logging(snakemake):
     stage = snakemake.params.stage
-    train_stage(
-        snakemake.input.model,
-        snakemake.input.data,
-        snakemake.output.model,
-        epochs=stage["epochs"],
-        lr=stage["lr"],
-        batch_size=snakemake.params.batch_size,
-        grad_accum=snakemake.params.grad_accum,
-        max_length=snakemake.params.max_length,
-        device=resolve_device(snakemake.params.device),
-        deepspeed_config=snakemake.params.deepspeed,
-        seed=stage.get("seed", 0),
+    launch_training(
+        "chorus.sft:train_stage",
+        dict(
+            model_in=snakemake.input.model,
+            dataset_jsonl=snakemake.input.data,
+            out_dir=snakemake.output.model,
+            epochs=stage["epochs"],
+            lr=stage["lr"],
+            seed=stage.get("seed", 0),
+            **snakemake.params.settings,
+        ),
+        snakemake.params.launch,
     )

@@ -15,6 +15,8 @@ from conftest import default_config, run_snakemake, write_config
         (lambda c: c["eval"].update(k="four"), "four"),
         (lambda c: c["merge"]["strategies"][0].update(method="average"), "average"),
         (lambda c: c.update(device="tpu"), "tpu"),
+        (lambda c: c.update(train_processes="many"), "many"),
+        (lambda c: c["rl"].update(save_steps=0), "save_steps"),
     ],
 )
 def test_schema_rejects_bad_config_naming_the_key(tmp_path, mutate, expected):

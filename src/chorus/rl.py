@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
 from chorus.harness import SandboxLimits, score_many
 from chorus.prompts import build_prompt, extract_stimulus
 from chorus.sft import finalize, precision_flags, prepare_work_dir, stage_callback
-from chorus.tasks import Task
+from chorus.tasks import Task, load_manifest
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,49 @@ def train_expert(
         "reward_calls": coverage.calls,
         "log_history": trainer.state.log_history,
         "bf16": flags["bf16"],
+        "world_size": trainer.args.world_size,
+        "deepspeed": deepspeed_config,
         "resumed_from": resume_from,
     }
     finalize(trainer, out_dir, work_dir, "rl_metrics.json", metrics)
     return metrics
+
+
+def train_expert_job(
+    model_in: str,
+    manifest: str,
+    out_dir: str,
+    expert: dict,
+    simulation: dict,
+    job_cpus: int,
+    device: str | None = None,
+    deepspeed_config: str | None = None,
+) -> dict:
+    """One workflow RL job (JSON-able arguments, so chorus.launch can start it per rank):
+    the expert's tasks from the manifest (its `splits`, optional `difficulties`), its GRPO
+    settings (config `rl`, merged by Plan.expert) and the sandbox limits of config
+    `simulation`. The job's CPUs are shared by the ranks' reward sandboxes."""
+    tasks = load_manifest(manifest, splits=expert.get("splits", ["train"]))
+    if expert.get("difficulties"):
+        tasks = [t for t in tasks if t.difficulty in expert["difficulties"]]
+    ranks = int(os.environ.get("WORLD_SIZE", "1"))
+    return train_expert(
+        model_in,
+        tasks,
+        out_dir,
+        reward=expert["reward"],
+        format_weight=expert["format_weight"],
+        num_generations=expert["num_generations"],
+        max_completion_length=expert["max_completion_length"],
+        steps=expert["steps"],
+        lr=expert["lr"],
+        beta=expert["beta"],
+        temperature=expert["temperature"],
+        batch_size=expert["batch_size"],
+        seed=expert["seed"],
+        save_steps=expert.get("save_steps", 50),
+        sim_workers=max(1, job_cpus // ranks),
+        sim_limits=SandboxLimits(timeout_s=simulation["timeout_s"], mem_mb=simulation["mem_mb"]),
+        device=device,
+        deepspeed_config=deepspeed_config,
+    )

@@ -191,6 +191,8 @@ def train_stage(
         "epochs": epochs,
         "lr": lr,
         "bf16": flags["bf16"],
+        "world_size": trainer.args.world_size,
+        "deepspeed": deepspeed_config,
         "resumed_from": resume_from,
     }
     finalize(trainer, out_dir, work_dir, "train_metrics.json", metrics)

@@ -1,0 +1,87 @@
+"""Training jobs start one rank per GPU (chorus.launch). CI has no GPU: the same launcher
+runs two ranks on CPU over gloo, through the function and through the workflow's rules."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from chorus.data import build_stage_dataset
+from chorus.launch import inside_launcher, launch, process_count, resolve
+from chorus.modeling import build_tiny_model, task_corpus
+from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks
+from conftest import e2e_config, run_snakemake
+
+TRAIN = load_tasks(DEFAULT_TASK_ROOT, splits="train")
+
+
+def test_process_count():
+    assert process_count("cpu") == 1
+    assert process_count("cpu", 3) == 3
+    assert process_count("cuda", "2") == 2
+    with pytest.raises(ValueError):
+        process_count("cpu", 0)
+
+
+def test_auto_follows_the_visible_gpus():
+    """`auto` on cuda counts the GPUs the job may see (SLURM sets CUDA_VISIBLE_DEVICES to
+    the allotted ones); none visible still gives one rank."""
+    code = "from chorus.launch import process_count; import torch; print(process_count('cuda'), torch.cuda.device_count())"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["1", "0"]
+
+
+def test_resolve_rejects_malformed_targets():
+    assert resolve("chorus.sft:train_stage").__name__ == "train_stage"
+    with pytest.raises(ValueError):
+        resolve("chorus.sft.train_stage")
+
+
+def test_two_ranks_shard_the_data(tmp_path):
+    """Four examples, batch 1 per rank, one epoch: one process takes 4 optimizer steps,
+    two data-parallel ranks take 2, and the saved model loads."""
+    assert not inside_launcher()
+    base = build_tiny_model(tmp_path / "base", task_corpus(TRAIN), hidden_size=32, num_layers=1,
+                            num_heads=2, vocab_size=512)
+    data = tmp_path / "data.jsonl"
+    build_stage_dataset(TRAIN[:4], {"format": True}, data)
+    job = dict(model_in=str(base), dataset_jsonl=str(data), epochs=1, lr=1e-3, batch_size=1,
+               max_length=4096, use_cpu=True)
+    single = launch("chorus.sft:train_stage", {**job, "out_dir": str(tmp_path / "one")}, processes=1)
+    assert single["world_size"] == 1 and single["steps"] == 4
+    assert launch("chorus.sft:train_stage", {**job, "out_dir": str(tmp_path / "two")}, processes=2) is None
+    metrics = json.loads((tmp_path / "two" / "train_metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["steps"] == 2
+    assert (tmp_path / "two" / "model.safetensors").is_file()
+    assert not (tmp_path / "two.tmp-train").exists()
+
+
+def test_a_failing_rank_fails_the_job(tmp_path):
+    with pytest.raises(subprocess.CalledProcessError):
+        launch("chorus.sft:train_stage", {"model_in": str(tmp_path / "missing"), "dataset_jsonl": "x",
+                                          "out_dir": str(tmp_path / "out")}, processes=2)
+    assert not (tmp_path / "out").exists()
+
+
+def test_rules_launch_sft_and_rl_with_two_ranks(tmp_path):
+    """train_processes: 2 -> the sft and rl rules start two ranks each (what `auto` does
+    on a 2-GPU SLURM allocation): metrics record the world size, GRPO still simulates
+    every rollout, and the expert lands complete."""
+    config_path = e2e_config(tmp_path)
+    config = yaml.safe_load(config_path.read_text())
+    config["train_processes"] = 2
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    run_snakemake(["results/models/rl/easy_dense", "--cores", "2", "--directory", str(tmp_path),
+                   "--configfile", str(config_path)], timeout=900)
+    models = tmp_path / "results" / "models"
+    for stage in ("format", "easy"):
+        assert json.loads((models / "sft" / stage / "train_metrics.json").read_text())["world_size"] == 2
+    rl = json.loads((models / "rl" / "easy_dense" / "rl_metrics.json").read_text())
+    assert rl["world_size"] == 2 and rl["steps"] == config["rl"]["steps"]
+    assert all(sum(call["statuses"].values()) == call["n"] > 0 for call in rl["reward_calls"])
+    log = (tmp_path / "results" / "logs" / "rl" / "easy_dense.log").read_text()
+    assert "launching 2 ranks" in log
