@@ -243,6 +243,20 @@ def test_coverage_reward_dense_and_binary():
     assert format_reward([ref, "```python\ndef (:\n```", "plain"]) == [1.0, 0.0, 0.0]
 
 
+def test_coverage_reward_compiles_designs_before_the_first_call(tmp_path, monkeypatch):
+    """The designs build in the background from the moment the reward exists (while the
+    trainer loads and generates), not inside the first reward call."""
+    from chorus.harness.build import build_key
+
+    monkeypatch.setenv("CHORUS_CACHE_DIR", str(tmp_path))
+    tasks = [t for t in TRAIN if t.difficulty == "easy"][:2]
+    reward = CoverageReward(tasks, "dense", workers=1)
+    assert len(reward.prebuilds) == 2 and not reward.calls
+    for future in reward.prebuilds:
+        future.result(timeout=300)
+    assert all((tmp_path / build_key(t) / "BUILD_OK").is_file() for t in tasks)
+
+
 # --- merging ---------------------------------------------------------------------------
 
 

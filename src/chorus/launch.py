@@ -53,13 +53,15 @@ def resolve(target: str):
     return getattr(importlib.import_module(module), name)
 
 
-def launch(target: str, kwargs: dict, processes: int = 1):
+def launch(target: str, kwargs: dict, processes: int = 1, *, always_launcher: bool = False):
     """Run `target(**kwargs)`: in this process for one rank (returns its result), else
     as `processes` ranks under torch.distributed.run (returns None; the function writes
-    its outputs, e.g. the model and metrics files). Raises CalledProcessError when a
-    rank fails; the ranks' output goes to this process's stdout/stderr (the job log)."""
+    its outputs, e.g. the model and metrics files). `always_launcher` uses the launcher
+    for a single rank too (DeepSpeed wants the launcher's rendezvous variables). Raises
+    CalledProcessError when a rank fails; the ranks' output goes to this process's
+    stdout/stderr (the job log)."""
     function = resolve(target)
-    if processes <= 1 or inside_launcher():
+    if inside_launcher() or (processes <= 1 and not always_launcher):
         return function(**kwargs)
     with tempfile.NamedTemporaryFile("w", prefix="chorus-launch-", suffix=".json", delete=False) as spec:
         json.dump(kwargs, spec)
@@ -86,8 +88,9 @@ def launch_training(target: str, kwargs: dict, settings: dict):
 
     device = resolve_device(settings["device"])
     processes = process_count(device, settings.get("processes", "auto"))
-    job = {**kwargs, "device": device, "deepspeed_config": settings.get("deepspeed")}
-    return launch(target, job, processes)
+    deepspeed = settings.get("deepspeed")
+    job = {**kwargs, "device": device, "deepspeed_config": deepspeed}
+    return launch(target, job, processes, always_launcher=bool(deepspeed))
 
 
 def _rank_env() -> dict[str, str]:

@@ -13,9 +13,10 @@ import json
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from chorus.harness import SandboxLimits, score_many
+from chorus.harness import SandboxLimits, prebuild, score_many
 from chorus.prompts import build_prompt, extract_stimulus
 from chorus.sft import finalize, precision_flags, prepare_work_dir, stage_callback
 from chorus.tasks import Task, load_manifest
@@ -51,6 +52,13 @@ class CoverageReward:
         self.limits = limits
         self.__name__ = f"coverage_{mode}"
         self.calls: list[dict] = []
+        # Compile every design in the background while the trainer loads the model and
+        # generates the first rollouts: cold Verilator builds (seconds each) then stay off
+        # the reward's critical path (score_many waits on a build still in progress).
+        designs = {t.design_hash(): t for t in self.tasks.values()}
+        builds = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chorus-prebuild")
+        self.prebuilds = [builds.submit(prebuild, task) for task in designs.values()]
+        builds.shutdown(wait=False)
 
     def __call__(self, completions, task_id, log_metric=None, trainer_state=None, **kwargs) -> list[float]:
         start = time.perf_counter()

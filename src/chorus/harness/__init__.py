@@ -6,6 +6,7 @@ from chorus.harness.sandbox import SandboxLimits, SandboxResult
 from chorus.harness.score import (
     STATUSES,
     SimResult,
+    prebuild,
     score,
     score_generations,
     score_many,
@@ -18,6 +19,7 @@ __all__ = [
     "SandboxResult",
     "SimResult",
     "ensure_build",
+    "prebuild",
     "read_coverage_dat",
     "score",
     "score_generations",

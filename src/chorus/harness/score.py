@@ -147,7 +147,7 @@ def score_many(
     workers = workers or default_workers()
     designs = {task.design_hash(): task for task, _ in items}
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(_prebuild, designs.values(), [cache_dir] * len(designs)))
+        list(pool.map(prebuild, designs.values(), [cache_dir] * len(designs)))
         seeds = seeds or [0] * len(items)
         return list(
             pool.map(
@@ -159,7 +159,9 @@ def score_many(
         )
 
 
-def _prebuild(task: Task, cache_dir) -> None:
+def prebuild(task: Task, cache_dir=None) -> None:
+    """Compile `task`'s design into the cache now; a failure is reported per candidate
+    later by score()."""
     try:
         ensure_build(task, cache_dir)
     except Exception:
@@ -222,7 +224,7 @@ def score_generations(
     workers = workers or default_workers()
     out_jsonl.parent.mkdir(parents=True, exist_ok=True)
     for task in {tasks[r["task_id"]].design_hash(): tasks[r["task_id"]] for r in todo}.values():
-        _prebuild(task, cache_dir)
+        prebuild(task, cache_dir)
     lock = threading.Lock()
 
     def run(row: dict) -> None:
