@@ -2,14 +2,17 @@
 
 Builds a random-init model of a real shape (default: Qwen2.5-1.5B-like, built from a
 config: no download), then measures with the project's own code paths:
-  - SFT tokens/s and model FLOPs utilisation (MFU) with TRL's SFTTrainer, bf16, with and
-    without DeepSpeed ZeRO-2 (single process),
+  - SFT tokens/s (non-padding tokens) and model FLOPs utilisation (MFU) with TRL's
+    SFTTrainer, bf16: sdpa with padded packed rows; flex_attention padding-free; Liger's
+    fused kernels; DeepSpeed ZeRO-2 in-process,
+  - the workflow's launcher path (chorus.launch -> torchrun -> chorus.sft.train_stage,
+    the sft rule's code) with DeepSpeed ZeRO-2 and ZeRO-3,
   - rollout generation tokens/s with transformers `generate`,
   - one GRPO run with the real coverage reward: the fraction of wall time the trainer
     waits on simulations.
 Prints one JSON object per measurement and a summary table.
 
-  python benchmarks/gpu_throughput.py --shape 1.5b --out /tmp/gpu.json
+  python benchmarks/gpu_throughput.py --shape 1.5b --out /tmp/gpu.json [--only sft sft_liger_flex]
 """
 
 from __future__ import annotations
@@ -70,43 +73,48 @@ def packed_dataset(tasks, path: Path, repeats: int) -> Path:
     return path
 
 
-def bench_sft(model_dir, data, out, label, sink, *, batch, max_steps, deepspeed=None, seq_len=2048, **extra):
+def bench_sft(model_dir, data, out, label, sink, *, batch, max_steps, deepspeed=None, seq_len=2048,
+              attn="sdpa", padding_free=False, **extra):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
     from datasets import load_dataset
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation=attn)
     dataset = load_dataset("json", data_files=str(data), split="train").select_columns(["prompt", "completion"])
     args = SFTConfig(
         output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=batch, learning_rate=1e-5,
-        bf16=True, max_length=seq_len, packing=True, padding_free=False, logging_steps=1, save_strategy="no",
+        bf16=True, max_length=seq_len, packing=True, padding_free=padding_free, logging_steps=1, save_strategy="no",
         report_to="none", deepspeed=deepspeed, gradient_checkpointing=False, dataloader_num_workers=2,
-        completion_only_loss=False, **extra,
+        completion_only_loss=False, include_num_input_tokens_seen="non_padding", **extra,
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     warm = 3
     times = []
+    seen = []  # non-padding input tokens seen after each step
 
     class Timer(__import__("transformers").TrainerCallback):
         def on_step_begin(self, *a, **k):
             torch.cuda.synchronize()
             self.t = time.perf_counter()
 
-        def on_step_end(self, *a, **k):
+        def on_step_end(self, args, state, control, **k):
             torch.cuda.synchronize()
             times.append(time.perf_counter() - self.t)
+            seen.append(state.num_input_tokens_seen)
 
     trainer.add_callback(Timer())
     torch.cuda.reset_peak_memory_stats()
     trainer.train()
     step_s = sum(times[warm:]) / len(times[warm:])
-    tokens_per_step = batch * seq_len
-    tps = tokens_per_step / step_s
+    # real (non-padding) tokens of the timed steps: padding is not useful work
+    tps = (seen[-1] - seen[warm - 1]) / sum(times[warm:])
     flops = training_flops_per_token(trainer.model, seq_len) * tps
-    emit({"bench": "sft", "label": label, "params": sum(p.numel() for p in trainer.model.parameters()),
+    dense_flops = 6 * sum(p.numel() for p in trainer.model.parameters()) * tps
+    emit({"bench": "sft", "label": label, "attn": attn, "padding_free": padding_free,
+          "params": sum(p.numel() for p in trainer.model.parameters()),
           "batch": batch, "seq_len": seq_len, "step_s": step_s, "tokens_per_s": tps,
-          "tflops": flops / 1e12, "mfu": flops / H200_BF16_PEAK,
+          "tflops": flops / 1e12, "mfu": flops / H200_BF16_PEAK, "mfu_6n": dense_flops / H200_BF16_PEAK,
           "peak_mem_gb": torch.cuda.max_memory_allocated() / 2**30}, sink)
     del trainer, model
     torch.cuda.empty_cache()
@@ -148,6 +156,22 @@ def bench_grpo(model_dir, tasks, out, sink, *, steps, num_generations, completio
           "statuses": calls[-1]["statuses"]}, sink)
 
 
+def bench_launch(model_dir, data, out, label, sink, *, deepspeed, max_steps, batch):
+    """The workflow's path: chorus.launch starts train_stage under torch.distributed.run
+    with one rank per visible GPU and the DeepSpeed config, as the sft rule does."""
+    from chorus.launch import launch_training
+
+    start = time.perf_counter()
+    launch_training("chorus.sft:train_stage",
+                    dict(model_in=str(model_dir), dataset_jsonl=str(data), out_dir=str(out), max_steps=max_steps,
+                         batch_size=batch, max_length=2048, lr=1e-5, save_steps=10_000),
+                    {"device": "cuda", "deepspeed": deepspeed, "processes": "auto"})
+    metrics = json.loads((out / "train_metrics.json").read_text())
+    emit({"bench": "launch", "label": label, "world_size": metrics["world_size"], "deepspeed": metrics["deepspeed"],
+          "steps": metrics["steps"], "tokens_per_s": metrics["tokens_per_s"], "job_s": time.perf_counter() - start,
+          "last_loss": metrics["last_loss"]}, sink)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", default="1.5b", choices=sorted(SHAPES))
@@ -155,6 +179,7 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=12)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--skip", nargs="*", default=[])
+    parser.add_argument("--only", nargs="*", default=None)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sink: list = []
@@ -164,13 +189,27 @@ def main() -> None:
     data = packed_dataset(tasks, root / "sft.jsonl", repeats=40)
     emit({"bench": "env", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
           "shape": args.shape}, sink)
-    ds = str(Path(__file__).resolve().parents[1] / "config" / "deepspeed" / "zero2.json")
+    ds_dir = Path(__file__).resolve().parents[1] / "config" / "deepspeed"
+    ds = str(ds_dir / "zero2.json")
     benches = {
         "sft": lambda: bench_sft(model_dir, data, root / "sft", "bf16", sink, batch=args.batch,
                                  max_steps=args.sft_steps),
         "sft_fused_compiled": lambda: bench_sft(
             model_dir, data, root / "sft_fc", "bf16+fused-adamw+torch.compile", sink, batch=args.batch,
             max_steps=args.sft_steps, optim="adamw_torch_fused", torch_compile=True),
+        "sft_flex": lambda: bench_sft(model_dir, data, root / "sft_flex", "bf16+flex+padding-free", sink,
+                                      batch=args.batch, max_steps=args.sft_steps, attn="flex_attention",
+                                      padding_free=True),
+        "sft_liger": lambda: bench_sft(model_dir, data, root / "sft_liger", "bf16+liger", sink, batch=args.batch,
+                                       max_steps=args.sft_steps, use_liger_kernel=True),
+        "sft_liger_flex": lambda: bench_sft(model_dir, data, root / "sft_lf", "bf16+liger+flex+padding-free", sink,
+                                            batch=args.batch, max_steps=args.sft_steps, attn="flex_attention",
+                                            padding_free=True, use_liger_kernel=True),
+        "launch_zero2": lambda: bench_launch(model_dir, data, root / "launch_z2", "launcher+zero2", sink,
+                                             deepspeed=ds, max_steps=args.sft_steps, batch=args.batch),
+        "launch_zero3": lambda: bench_launch(model_dir, data, root / "launch_z3", "launcher+zero3", sink,
+                                             deepspeed=str(ds_dir / "zero3.json"), max_steps=args.sft_steps,
+                                             batch=args.batch),
         "generate": lambda: bench_generate(model_dir, tasks, sink, batch=64, new_tokens=256),
         "grpo": lambda: bench_grpo(model_dir, tasks[:8], root / "grpo", sink, steps=3, num_generations=8,
                                    completion_len=128, workers=max(1, (os.cpu_count() or 2) - 2)),
@@ -182,7 +221,7 @@ def main() -> None:
         ),
     }
     for name, bench in benches.items():
-        if name in args.skip:
+        if name in args.skip or (args.only is not None and name not in args.only):
             continue
         try:
             bench()

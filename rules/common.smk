@@ -51,6 +51,8 @@ def sft_settings():
         "grad_accum": sft.get("grad_accum", 1),
         "save_steps": sft.get("save_steps", 200),
         "max_length": config["max_length"],
+        "attn": sft.get("attention", "sdpa"),
+        "liger": sft.get("liger_kernel", False),
     }
 
 

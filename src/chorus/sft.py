@@ -46,6 +46,17 @@ def precision_flags(device: str | None = None, *, bf16: bool | None = None, use_
     return {"bf16": bool(bf16), "use_cpu": bool(use_cpu)}
 
 
+def kernel_settings(attn: str = "sdpa", liger: bool = False) -> dict:
+    """Attention and fused kernels for training (config `sft.attention`, `sft.liger_kernel`).
+    `flex_attention` (GPU only: it has no CPU backward) trains on padding-free packed
+    rows, each example attending only to itself; with Liger's fused kernels it took a
+    1.3B model's SFT on one H200 from 13% to 48% MFU in benchmarks/gpu_throughput.py.
+    The default stays `sdpa` on padded batches: the fast path has not yet been run
+    through the launcher with DeepSpeed (benchmarks/README.md)."""
+    padding_free = attn in ("flex_attention", "flash_attention_2", "flash_attention_3")
+    return {"attn_implementation": attn, "padding_free": padding_free, "use_liger_kernel": bool(liger)}
+
+
 def prepare_work_dir(out_dir: str | Path, resume: bool) -> tuple[Path, str | None]:
     """(work dir, checkpoint to resume from or None); without `resume`, old checkpoints go."""
     work_dir = work_dir_for(out_dir)
@@ -119,6 +130,9 @@ def train_stage(
     save_steps: int = 200,
     max_steps: int = -1,
     gradient_checkpointing: bool = False,
+    attn: str = "sdpa",
+    liger: bool = False,
+    packing: bool | str = "auto",
     lr_scheduler_type: str = "cosine",
     warmup: float = 0.0,
     callbacks: list | None = None,
@@ -129,7 +143,10 @@ def train_stage(
     in `out_dir` atomically with `train_metrics.json`; the metrics are also returned:
     steps, train_loss, first_loss, last_loss, losses, tokens (non-padding input tokens of
     this call), tokens_per_s, runtime_s, examples, resumed_from. `callbacks` go to the
-    trainer, `extra_args` to SFTConfig as they are."""
+    trainer, `extra_args` to SFTConfig as they are. `attn`/`liger`: see kernel_settings;
+    `packing` packs several examples per row (best-fit decreasing); it needs padding-free
+    kernels, and "auto" packs whenever they are on (TRL enforces `max_length` on
+    padding-free batches only by packing)."""
     from datasets import load_dataset
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
@@ -141,7 +158,9 @@ def train_stage(
     dataset = dataset.select_columns(["prompt", "completion"])
     tokenizer = load_tokenizer(model_in)
     flags = precision_flags(device, bf16=bf16, use_cpu=use_cpu)
-    model = AutoModelForCausalLM.from_pretrained(model_in, dtype="bfloat16" if flags["bf16"] else "float32")
+    kernels = kernel_settings(attn, liger)
+    model = AutoModelForCausalLM.from_pretrained(model_in, dtype="bfloat16" if flags["bf16"] else "float32",
+                                                 attn_implementation=kernels["attn_implementation"])
     config = dict(
         output_dir=str(work_dir),
         num_train_epochs=epochs,
@@ -164,6 +183,9 @@ def train_stage(
         deepspeed=deepspeed_config,
         gradient_checkpointing=gradient_checkpointing,
         dataloader_num_workers=0,
+        padding_free=kernels["padding_free"],
+        packing=kernels["padding_free"] and packing in (True, "auto"),
+        use_liger_kernel=kernels["use_liger_kernel"],
         **flags,
     )
     args = SFTConfig(**{**config, **(extra_args or {})})
@@ -193,6 +215,7 @@ def train_stage(
         "bf16": flags["bf16"],
         "world_size": trainer.args.world_size,
         "deepspeed": deepspeed_config,
+        **kernels,
         "resumed_from": resume_from,
     }
     finalize(trainer, out_dir, work_dir, "train_metrics.json", metrics)
