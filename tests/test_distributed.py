@@ -13,7 +13,7 @@ from chorus.data import build_stage_dataset
 from chorus.launch import inside_launcher, launch, process_count, resolve
 from chorus.modeling import build_tiny_model, task_corpus
 from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks
-from conftest import e2e_config, run_snakemake
+from conftest import REPO, e2e_config, run_snakemake
 
 TRAIN = load_tasks(DEFAULT_TASK_ROOT, splits="train")
 
@@ -41,16 +41,22 @@ def test_resolve_rejects_malformed_targets():
         resolve("chorus.sft.train_stage")
 
 
-def test_two_ranks_shard_the_data(tmp_path):
+@pytest.fixture(scope="module")
+def sft_job(tmp_path_factory):
+    root = tmp_path_factory.mktemp("launch")
+    base = build_tiny_model(root / "base", task_corpus(TRAIN), hidden_size=32, num_layers=1,
+                            num_heads=2, vocab_size=512)
+    data = root / "data.jsonl"
+    build_stage_dataset(TRAIN[:4], {"format": True}, data)
+    return dict(model_in=str(base), dataset_jsonl=str(data), epochs=1, lr=1e-3, batch_size=1,
+                max_length=4096, use_cpu=True)
+
+
+def test_two_ranks_shard_the_data(sft_job, tmp_path):
     """Four examples, batch 1 per rank, one epoch: one process takes 4 optimizer steps,
     two data-parallel ranks take 2, and the saved model loads."""
     assert not inside_launcher()
-    base = build_tiny_model(tmp_path / "base", task_corpus(TRAIN), hidden_size=32, num_layers=1,
-                            num_heads=2, vocab_size=512)
-    data = tmp_path / "data.jsonl"
-    build_stage_dataset(TRAIN[:4], {"format": True}, data)
-    job = dict(model_in=str(base), dataset_jsonl=str(data), epochs=1, lr=1e-3, batch_size=1,
-               max_length=4096, use_cpu=True)
+    job = sft_job
     single = launch("chorus.sft:train_stage", {**job, "out_dir": str(tmp_path / "one")}, processes=1)
     assert single["world_size"] == 1 and single["steps"] == 4
     assert launch("chorus.sft:train_stage", {**job, "out_dir": str(tmp_path / "two")}, processes=2) is None
@@ -58,6 +64,25 @@ def test_two_ranks_shard_the_data(tmp_path):
     assert metrics["world_size"] == 2 and metrics["steps"] == 2
     assert (tmp_path / "two" / "model.safetensors").is_file()
     assert not (tmp_path / "two.tmp-train").exists()
+
+
+@pytest.mark.parametrize("zero", ["zero2", "zero3"])
+def test_deepspeed_zero_over_two_ranks(sft_job, tmp_path, zero):
+    """The shipped ZeRO configs through the launcher (DeepSpeed's CPU accelerator here):
+    the ranks train, and ZeRO-3's sharded weights are gathered into a whole model that
+    differs from the base."""
+    from transformers import AutoModelForCausalLM
+
+    config = str(REPO / "config" / "deepspeed" / f"{zero}.json")
+    launch("chorus.sft:train_stage", {**sft_job, "out_dir": str(tmp_path / zero), "deepspeed_config": config},
+           processes=2, always_launcher=True)
+    metrics = json.loads((tmp_path / zero / "train_metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["deepspeed"] == config and metrics["steps"] == 2
+    trained = AutoModelForCausalLM.from_pretrained(tmp_path / zero).state_dict()
+    base = AutoModelForCausalLM.from_pretrained(sft_job["model_in"]).state_dict()
+    assert trained.keys() == base.keys()
+    assert all(trained[k].shape == base[k].shape for k in base)
+    assert any((trained[k] - base[k]).abs().max() > 0 for k in base)
 
 
 def test_a_failing_rank_fails_the_job(tmp_path):
@@ -68,20 +93,22 @@ def test_a_failing_rank_fails_the_job(tmp_path):
 
 
 def test_rules_launch_sft_and_rl_with_two_ranks(tmp_path):
-    """train_processes: 2 -> the sft and rl rules start two ranks each (what `auto` does
-    on a 2-GPU SLURM allocation): metrics record the world size, GRPO still simulates
-    every rollout, and the expert lands complete."""
+    """train_processes: 2 and a ZeRO-2 config -> the sft and rl rules start two DeepSpeed
+    ranks each (what `auto` does on a 2-GPU SLURM allocation): metrics record the world
+    size, GRPO still simulates every rollout, and the expert lands complete."""
     config_path = e2e_config(tmp_path)
     config = yaml.safe_load(config_path.read_text())
     config["train_processes"] = 2
+    config["deepspeed"] = str(REPO / "config" / "deepspeed" / "zero2.json")
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     run_snakemake(["results/models/rl/easy_dense", "--cores", "2", "--directory", str(tmp_path),
                    "--configfile", str(config_path)], timeout=900)
     models = tmp_path / "results" / "models"
     for stage in ("format", "easy"):
-        assert json.loads((models / "sft" / stage / "train_metrics.json").read_text())["world_size"] == 2
+        sft = json.loads((models / "sft" / stage / "train_metrics.json").read_text())
+        assert sft["world_size"] == 2 and sft["deepspeed"] == config["deepspeed"]
     rl = json.loads((models / "rl" / "easy_dense" / "rl_metrics.json").read_text())
-    assert rl["world_size"] == 2 and rl["steps"] == config["rl"]["steps"]
+    assert rl["world_size"] == 2 and rl["steps"] == config["rl"]["steps"] and rl["deepspeed"]
     assert all(sum(call["statuses"].values()) == call["n"] > 0 for call in rl["reward_calls"])
     log = (tmp_path / "results" / "logs" / "rl" / "easy_dense.log").read_text()
     assert "launching 2 ranks" in log
