@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+FIXTURE_TASK = REPO / "tests" / "fixtures" / "tasks" / "fx_counter"  # a small counter design
 BIN = Path(sys.executable).parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -40,6 +41,19 @@ def run_snakemake(args: list[str], *, cwd: Path = REPO, timeout: int = 1800, che
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def task():
+    """The fixture design (its reference stimulus passes, the trivial one does not)."""
+    from chorus.tasks import load_task
+
+    return load_task(FIXTURE_TASK)
+
+
+@pytest.fixture(scope="session")
+def cache():
+    return None  # the default cache (.cache/verilator): the sandbox user must read it
 
 
 def e2e_config(workdir: Path) -> Path:

