@@ -28,10 +28,19 @@ def work_dir_for(out_dir: str | Path) -> Path:
 
 
 def last_checkpoint(work_dir: str | Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
+    """The newest complete checkpoint in `work_dir`, or None. transformers writes a
+    checkpoint in place and its `trainer_state.json` last: a newer folder without it was
+    cut short by a kill, and is removed so that no run resumes from half a checkpoint."""
     work_dir = Path(work_dir)
-    return get_last_checkpoint(str(work_dir)) if work_dir.is_dir() else None
+    if not work_dir.is_dir():
+        return None
+    checkpoints = [p for p in work_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    for checkpoint in sorted(checkpoints, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
+        if (checkpoint / "trainer_state.json").is_file():
+            return str(checkpoint)
+        log.warning("removing incomplete checkpoint %s", checkpoint)
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    return None
 
 
 def precision_flags(device: str | None = None, *, bf16: bool | None = None, use_cpu: bool | None = None) -> dict:
