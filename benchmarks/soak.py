@@ -2,14 +2,18 @@
 evaluation path (chorus.harness.score.score_generations: sandboxes in parallel, one
 result row per sample appended to a `.partial` sidecar, the table written at the end).
 
-  python benchmarks/soak.py                      # 2,000 candidates, ~15 min on 2 cores
+  python benchmarks/soak.py                      # 2,000 candidates, ~12 min on 2 cores
   python benchmarks/soak.py --candidates 200     # a quick look
 
-Checks, each failing the run (exit 1) when it does not hold: every candidate has exactly
-one result; every good candidate passes and every bad one fails with the status its kind
-must give (timeout, memory, output_limit, ...); no process of a sandbox uid outlives the
-run. Reports candidates/s, per-status counts and timings, and the peak memory of the
-scorer and of its children. Writes benchmarks/results/soak.json.
+The mix is deterministic (seeded) over eight ECov tasks and the test fixture fx_counter:
+reference stimuli (must pass), trivial stimuli (below target), syntax errors, exceptions,
+busy loops, endless simulations, 10 GB allocations, output floods, fork loops, modules
+without a test. Checks, each failing the run (exit 1) when it does not hold: every
+candidate has exactly one result in the table on disk; every good candidate passes and
+every bad one fails with the status its kind must give; no process of a sandbox uid
+outlives the run. Reports wall time, candidates/s, per-status counts, median simulation
+seconds per kind, and peak memory of the scorer and of its children. Writes
+benchmarks/results/soak.json.
 """
 
 from __future__ import annotations
@@ -27,53 +31,68 @@ import time
 from collections import Counter
 from datetime import date
 from pathlib import Path
+from typing import NamedTuple
 
 from chorus.harness import SandboxLimits
-from chorus.harness.sandbox import SANDBOX_UID_BASE, SLOT_COUNT
+from chorus.harness.sandbox import SANDBOX_UID_BASE, SLOT_COUNT, processes_of_uid
 from chorus.harness.score import default_workers, score_generations
-from chorus.tasks import Task, load_tasks
+from chorus.tasks import Task, load_task, load_tasks
 
-RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+FIXTURE_TASK = REPO / "tests" / "fixtures" / "tasks" / "fx_counter"
 SOAK_TASKS = ("up_counter", "fifo_sync", "edge_detector", "sipo_shift", "gray_codec", "prio_encoder", "uart_tx", "alu8")
 
+
+class Kind(NamedTuple):
+    share: float  # of the mix
+    body: str | None  # the stimulus; None: the task's own reference / trivial file
+    expected: str  # the status every candidate of this kind must get
+
+
 HEADER = "import cocotb, os\nfrom cocotb.triggers import Timer\n\n@cocotb.test()\nasync def soak(dut):\n"
-# kind -> (share of the mix, stimulus body or None for the task's own file, expected status)
-KINDS: dict[str, tuple[float, str | None, str]] = {
-    "reference": (0.40, None, "ok"),  # the task's reference stimulus: passes
-    "trivial": (0.14, None, "below_target"),  # the task's trivial stimulus: too little coverage
-    "syntax_error": (0.08, "def broken(:\n", "syntax_error"),
-    "exception": (0.08, HEADER + "    raise RuntimeError('candidate gave up')\n", "runtime_error"),
-    "busy_loop": (0.04, HEADER + "    while True:\n        pass\n", "timeout"),
-    "endless_sim": (0.04, HEADER + "    while True:\n        await Timer(1, unit='ns')\n", "timeout"),
-    "memory_hog": (0.06, HEADER + "    blob = bytearray(10 * 1024**3)\n", "memory"),
-    "output_flood": (0.05, HEADER + "    line = 'x' * 100000\n    while True:\n        print(line)\n",
-                     "output_limit"),
-    "fork": (0.06, HEADER + "    while True:\n        os.fork()\n", "runtime_error"),
-    "no_test": (0.05, "x = 1\n", "runtime_error"),
+KINDS: dict[str, Kind] = {
+    "reference": Kind(0.40, None, "ok"),
+    "trivial": Kind(0.14, None, "below_target"),
+    "syntax_error": Kind(0.08, "def broken(:\n", "syntax_error"),
+    "exception": Kind(0.08, HEADER + "    raise RuntimeError('candidate gave up')\n", "runtime_error"),
+    "busy_loop": Kind(0.04, HEADER + "    while True:\n        pass\n", "timeout"),
+    # awaits forever: simulated time advances, wall time runs out
+    "endless_sim": Kind(0.04, HEADER + "    while True:\n        await Timer(1, unit='ns')\n", "timeout"),
+    "memory_hog": Kind(0.06, HEADER + "    blob = bytearray(10 * 1024**3)\n", "memory"),
+    "output_flood": Kind(0.05, HEADER + "    line = 'x' * 100000\n    while True:\n        print(line)\n",
+                         "output_limit"),
+    "fork": Kind(0.06, HEADER + "    while True:\n        os.fork()\n", "runtime_error"),
+    "no_test": Kind(0.05, "x = 1\n", "runtime_error"),
 }
 
 
 def soak_tasks() -> list[Task]:
+    """The ECov tasks of SOAK_TASKS, then the fixture task fx_counter."""
     tasks = {t.id: t for t in load_tasks()}
-    return [tasks[name] for name in SOAK_TASKS if name in tasks]
+    missing = [name for name in SOAK_TASKS if name not in tasks]
+    if missing:  # a silently smaller mix would make runs incomparable
+        raise SystemExit(f"soak tasks missing from tasks/ecov: {missing}")
+    return [*(tasks[name] for name in SOAK_TASKS), load_task(FIXTURE_TASK)]
 
 
 def build_mix(count: int, tasks: list[Task], seed: int = 0) -> list[dict]:
     """`count` generation rows ({task_id, sample_id, completion, kind}) in a shuffled,
-    deterministic mix of KINDS; completions are fenced like a model's answer."""
+    deterministic mix of KINDS (each kind at least once when count allows). Every other
+    completion is fenced like a model's answer, the rest are raw code: both forms reach
+    the scorer."""
     rng = random.Random(seed)
     kinds = list(KINDS)
-    weights = [KINDS[k][0] for k in kinds]
+    weights = [KINDS[k].share for k in kinds]
     rows = []
     for index in range(count):
-        kind = kinds[index % len(kinds)] if index < len(kinds) else rng.choices(kinds, weights)[0]
+        kind = kinds[index] if index < len(kinds) else rng.choices(kinds, weights)[0]
         task = tasks[index % len(tasks)]
-        body = KINDS[kind][1]
+        body = KINDS[kind].body
         if body is None:
-            stimulus = task.reference_stimulus if kind == "reference" else task.trivial_stimulus
-            body = stimulus.read_text()
-        rows.append({"task_id": task.id, "sample_id": f"soak-{index:05d}", "kind": kind,
-                     "completion": f"```python\n{body}```\n"})
+            body = (task.reference_stimulus if kind == "reference" else task.trivial_stimulus).read_text()
+        completion = f"```python\n{body}```\n" if index % 2 else body
+        rows.append({"task_id": task.id, "sample_id": f"soak-{index:05d}", "kind": kind, "completion": completion})
     rng.shuffle(rows)
     return rows
 
@@ -84,62 +103,96 @@ def check_results(rows: list[dict], results: list[dict]) -> list[str]:
     ids = Counter(r["sample_id"] for r in results)
     duplicated = [s for s, n in ids.items() if n > 1]
     missing = {r["sample_id"] for r in rows} - set(ids)
+    unknown = set(ids) - {r["sample_id"] for r in rows}
     if duplicated:
         problems.append(f"{len(duplicated)} samples with more than one result, e.g. {duplicated[:3]}")
     if missing:
         problems.append(f"{len(missing)} samples without a result, e.g. {sorted(missing)[:3]}")
+    if unknown:
+        problems.append(f"{len(unknown)} results for samples never submitted, e.g. {sorted(unknown)[:3]}")
     by_id = {r["sample_id"]: r for r in results}
     for row in rows:
         result = by_id.get(row["sample_id"])
         if result is None:
             continue
-        expected = KINDS[row["kind"]][2]
+        expected = KINDS[row["kind"]].expected
         if result["status"] != expected or result["passed"] != (expected == "ok"):
             problems.append(f"{row['sample_id']} ({row['kind']}, {row['task_id']}): expected {expected}, "
                             f"got {result['status']} passed={result['passed']}: {result['detail'][:200]!r}")
     return problems
 
 
-def leftover_sandbox_processes() -> list[int]:
-    """Live processes owned by a sandbox uid (none may outlive its candidate)."""
-    uids = range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + SLOT_COUNT)
-    left = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{entry}").st_uid in uids:
-                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state != "Z":
-                    left.append(int(entry))
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
+def sandbox_processes() -> list[int]:
+    """Live processes owned by any sandbox uid, right now."""
+    return [pid for uid in range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + SLOT_COUNT) for pid in processes_of_uid(uid)]
+
+
+def leftover_sandbox_processes(grace_s: float = 10.0) -> list[int]:
+    """Sandbox processes that outlived their candidate. The scorer kills a candidate's
+    processes before it returns its result, so a finished run leaves none; the grace
+    period only lets candidates of someone else's concurrent run on this host end."""
+    left = sandbox_processes()
+    deadline = time.monotonic() + grace_s
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = [pid for pid in sandbox_processes() if pid in left]  # the same ones, still there
     return left
 
 
-def peak_rss_mb() -> dict[str, float]:
-    """Peak resident memory of this process and of its largest waited-for child (KiB on Linux)."""
-    return {"scorer_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "largest_child_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+def _status_kb(field: str) -> int | None:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak-RSS mark (VmHWM), so the peak covers the soak alone and
+    not what the process held before (a test session's earlier models)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def memory_figures(peak_was_reset: bool) -> dict[str, float | None]:
+    """MB: the scorer's RSS now and its peak (during the soak when the mark was reset),
+    getrusage's peaks of this process and of its largest waited-for child."""
+    mb = 1 / 1024  # /proc and ru_maxrss count KiB on Linux
+    hwm = _status_kb("VmHWM")
+    return {
+        "scorer_rss_end_mb": round(_status_kb("VmRSS") * mb, 1),
+        "scorer_peak_during_soak_mb": round(hwm * mb, 1) if peak_was_reset and hwm else None,
+        "ru_maxrss_self_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * mb, 1),
+        "ru_maxrss_children_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * mb, 1),
+    }
 
 
 def soak(count: int, workers: int, timeout_s: float, out_jsonl: Path, seed: int = 0) -> dict:
+    """Score a mix of `count` candidates through score_generations into `out_jsonl`;
+    the figures and the problems found (empty list: every check holds)."""
     tasks = soak_tasks()
     rows = build_mix(count, tasks, seed)
     limits = SandboxLimits(timeout_s=timeout_s)
+    rss_start_kb = _status_kb("VmRSS")
+    peak_was_reset = reset_peak_rss()
     start = time.perf_counter()
-    results = score_generations(rows, {t.id: t for t in tasks}, out_jsonl, workers=workers, limits=limits)
+    score_generations(rows, {t.id: t for t in tasks}, out_jsonl, workers=workers, limits=limits)
     wall = time.perf_counter() - start
-    # the table on disk, not the in-memory list, is what the pipeline keeps
+    memory = memory_figures(peak_was_reset)
+    # the table on disk, not the returned list, is what the pipeline keeps
     on_disk = [json.loads(line) for line in out_jsonl.read_text().splitlines() if line.strip()]
     problems = check_results(rows, on_disk)
+    if out_jsonl.with_name(out_jsonl.name + ".partial").exists():
+        problems.append("the .partial sidecar outlived a finished run")
     left = leftover_sandbox_processes()
     if left:
         problems.append(f"sandbox processes left alive: {left[:10]}")
-    kinds_of = {r["sample_id"]: r["kind"] for r in rows}
+    kind_of = {r["sample_id"]: r["kind"] for r in rows}
     seconds_by_kind: dict[str, list[float]] = {}
-    for result in results:
-        seconds_by_kind.setdefault(kinds_of[result["sample_id"]], []).append(result["sim_time_s"])
+    for result in on_disk:
+        seconds_by_kind.setdefault(kind_of[result["sample_id"]], []).append(result["sim_time_s"])
     return {
         "machine": f"{platform.node()} {platform.machine()}, {len(os.sched_getaffinity(0))} cores",
         "date": date.today().isoformat(),
@@ -150,10 +203,13 @@ def soak(count: int, workers: int, timeout_s: float, out_jsonl: Path, seed: int 
         "wall_s": round(wall, 1),
         "candidates_per_s": round(count / wall, 3),
         "results_on_disk": len(on_disk),
+        "distinct_sample_ids": len({r["sample_id"] for r in on_disk}),
         "kinds": dict(Counter(r["kind"] for r in rows)),
         "statuses": dict(Counter(r["status"] for r in on_disk)),
-        "median_s_by_kind": {k: round(statistics.median(v), 3) for k, v in sorted(seconds_by_kind.items())},
-        **peak_rss_mb(),
+        "passed": sum(r["passed"] for r in on_disk),
+        "median_sim_s_by_kind": {k: round(statistics.median(v), 3) for k, v in sorted(seconds_by_kind.items())},
+        "scorer_rss_start_mb": round(rss_start_kb / 1024, 1),
+        **memory,
         "leftover_sandbox_processes": len(left),
         "problems": problems,
     }
@@ -164,21 +220,27 @@ def main() -> int:
     parser.add_argument("--candidates", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--timeout-s", type=float, default=5.0, help="wall-clock limit per candidate")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the mix")
     parser.add_argument("--out", type=Path, default=RESULTS / "soak.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="chorus-soak-") as tmp:
-        report = soak(args.candidates, args.workers, args.timeout_s, Path(tmp) / "scores.jsonl")
+        report = soak(args.candidates, args.workers, args.timeout_s, Path(tmp) / "scores.jsonl", args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{report['candidates']} candidates in {report['wall_s']} s on {report['workers']} sandboxes "
+    print(f"{report['candidates']} candidates in {report['wall_s']} s with {report['workers']} sandboxes "
           f"({report['candidates_per_s']} candidates/s), {report['machine']}")
-    print(f"results on disk: {report['results_on_disk']}; statuses: {report['statuses']}")
-    print(f"median seconds by kind: {report['median_s_by_kind']}")
-    print(f"peak memory: scorer {report['scorer_mb']:.0f} MB, largest child {report['largest_child_mb']:.0f} MB; "
-          f"sandbox processes left: {report['leftover_sandbox_processes']}")
+    print(f"results on disk: {report['results_on_disk']} rows, {report['distinct_sample_ids']} distinct "
+          f"sample ids; passed: {report['passed']} (references: {report['kinds'].get('reference', 0)})")
+    print(f"statuses: {report['statuses']}")
+    print(f"median simulation seconds by kind: {report['median_sim_s_by_kind']}")
+    print(f"scorer RSS: {report['scorer_rss_start_mb']} MB at start, {report['scorer_rss_end_mb']} MB at end, "
+          f"peak during the soak {report['scorer_peak_during_soak_mb']} MB (ru_maxrss {report['ru_maxrss_self_mb']} MB); "
+          f"largest child ru_maxrss {report['ru_maxrss_children_mb']} MB")
+    print(f"sandbox processes left alive: {report['leftover_sandbox_processes']}")
     for problem in report["problems"][:20]:
         print("PROBLEM:", problem)
     print("OK" if not report["problems"] else f"FAILED: {len(report['problems'])} problems")
+    print(f"wrote {args.out}")
     return 1 if report["problems"] else 0
 
 

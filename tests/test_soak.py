@@ -1,69 +1,157 @@
 """A small soak of the scorer (benchmarks/soak.py runs the 2,000-candidate one): good, bad
 and hostile candidates mixed, through the evaluation path, on real Verilator."""
 
-import json
+import importlib
+import os
 import shutil
+import signal
+import subprocess
 import sys
+import textwrap
+import time
+from pathlib import Path
 
 import pytest
+from conftest import FIXTURE_TASK, REPO
 
 from chorus.harness import SandboxLimits
 from chorus.harness.score import score_generations
-from conftest import REPO
 
-sys.path.insert(0, str(REPO / "benchmarks"))
-from soak import KINDS, build_mix, check_results, leftover_sandbox_processes, soak, soak_tasks  # noqa: E402
+
+def _import_benchmark(name: str):
+    sys.path.insert(0, str(REPO / "benchmarks"))  # benchmarks/ is scripts, not a package
+    return importlib.import_module(name)
+
+
+soak = _import_benchmark("soak")
+AS_ROOT = os.geteuid() == 0
 
 
 def test_mixed_candidates_each_get_exactly_their_one_verdict(tmp_path):
-    report = soak(len(KINDS) * 4, workers=2, timeout_s=4, out_jsonl=tmp_path / "scores.jsonl")
+    report = soak.soak(50, workers=2, timeout_s=4, out_jsonl=tmp_path / "scores.jsonl")
     assert report["problems"] == []
-    assert report["results_on_disk"] == report["candidates"]
-    assert set(report["kinds"]) == set(KINDS)  # every kind of candidate took part
-    assert report["statuses"]["ok"] == report["kinds"]["reference"]
+    assert report["results_on_disk"] == report["distinct_sample_ids"] == 50
+    assert set(report["kinds"]) == set(soak.KINDS)  # every kind of candidate took part
+    assert report["passed"] == report["statuses"]["ok"] == report["kinds"]["reference"]
     assert report["leftover_sandbox_processes"] == 0
-    assert report["scorer_mb"] < 1024  # the scorer does not grow with hostile candidates
+    # the scorer does not grow with hostile candidates: they live in other processes
+    assert report["scorer_peak_during_soak_mb"] is not None
+    assert report["scorer_peak_during_soak_mb"] - report["scorer_rss_start_mb"] < 256
 
 
 def test_check_results_catches_lost_duplicated_and_wrong_verdicts():
-    rows = build_mix(len(KINDS), soak_tasks())
-    good = [{"sample_id": r["sample_id"], "status": KINDS[r["kind"]][2],
-             "passed": KINDS[r["kind"]][2] == "ok", "detail": ""} for r in rows]
-    assert check_results(rows, good) == []
-    assert any("without a result" in p for p in check_results(rows, good[1:]))
-    assert any("more than one" in p for p in check_results(rows, good + good[:1]))
+    rows = soak.build_mix(len(soak.KINDS), soak.soak_tasks())
+    good = [{"sample_id": r["sample_id"], "status": soak.KINDS[r["kind"]].expected,
+             "passed": soak.KINDS[r["kind"]].expected == "ok", "detail": ""} for r in rows]
+    assert soak.check_results(rows, good) == []
+    assert any("without a result" in p for p in soak.check_results(rows, good[1:]))
+    assert any("more than one" in p for p in soak.check_results(rows, good + good[:1]))
+    assert any("never submitted" in p for p in soak.check_results(rows[1:], good))
     flipped = [dict(r, passed=not r["passed"]) for r in good]
-    assert len(check_results(rows, flipped)) == len(rows)
+    assert len(soak.check_results(rows, flipped)) == len(rows)
+
+
+def test_the_mix_is_deterministic_and_ids_unique():
+    tasks = soak.soak_tasks()
+    assert tasks[-1].id == "fx_counter" and len(tasks) == len(soak.SOAK_TASKS) + 1
+    rows = soak.build_mix(200, tasks, seed=5)
+    assert rows == soak.build_mix(200, tasks, seed=5)
+    assert len({r["sample_id"] for r in rows}) == 200
 
 
 def test_a_crashed_evaluation_resumes_without_resimulating(tmp_path):
-    """Results of a first run that died after half the samples (its `.partial` sidecar)
-    are kept as they are, timings included, and only the rest is simulated."""
-    tasks = {t.id: t for t in soak_tasks()}
-    rows = [r for r in build_mix(40, list(tasks.values()), seed=3)
-            if KINDS[r["kind"]][2] not in ("timeout", "output_limit")][:12]
+    """A first run died after half the samples, leaving its `.partial` sidecar (and a torn
+    last line). The rerun keeps those results and simulates only the rest: to prove it,
+    the first half's completions are replaced by broken code in the rerun, and their
+    verdicts (and timings) stay those of the first run."""
+    tasks = {t.id: t for t in soak.soak_tasks()}
+    # the slow kinds (timeouts, floods) add nothing to this check
+    rows = [r for r in soak.build_mix(40, list(tasks.values()), seed=3)
+            if soak.KINDS[r["kind"]].expected not in ("timeout", "output_limit")][:12]
     limits = SandboxLimits(timeout_s=10)
     first = score_generations(rows[:6], tasks, tmp_path / "first.jsonl", workers=2, limits=limits)
-    crashed = tmp_path / "all.jsonl"
-    shutil.copy(tmp_path / "first.jsonl", crashed.with_name("all.jsonl.partial"))
-    with crashed.with_name("all.jsonl.partial").open("a") as partial:
-        partial.write('{"task_id": "torn')  # the killed writer's last, half-written line
-    resumed = score_generations(rows, tasks, crashed, workers=2, limits=limits)
-    assert resumed[:6] == first  # same rows, same sim_time_s: not simulated again
-    assert check_results(rows, resumed) == []
-    assert [json.loads(line) for line in crashed.read_text().splitlines()] == resumed
-    assert not crashed.with_name("all.jsonl.partial").exists()
-    assert leftover_sandbox_processes() == []
+    out = tmp_path / "all.jsonl"
+    partial = out.with_name("all.jsonl.partial")
+    shutil.copy(tmp_path / "first.jsonl", partial)  # what the killed run had flushed
+    with partial.open("a") as sidecar:
+        sidecar.write('{"task_id": "torn')  # the killed writer's half-written last line
+    rerun_rows = [dict(r, completion="def broken(:\n") for r in rows[:6]] + rows[6:]
+
+    resumed = score_generations(rerun_rows, tasks, out, workers=2, limits=limits)
+    assert resumed[:6] == first  # not simulated again: no syntax_error, same sim_time_s
+    assert soak.check_results(rows, resumed) == []
+    assert out.read_text().count("\n") == len(rows) and not partial.exists()
+    assert soak.leftover_sandbox_processes() == []
 
 
-@pytest.mark.parametrize("kind", ["busy_loop", "fork", "output_flood"])
+@pytest.mark.parametrize("kind", ["busy_loop", "fork", "output_flood", "memory_hog"])
 def test_each_hostile_kind_alone(tmp_path, kind):
     """One kind at a time, so a failure names the kind that broke the scorer."""
-    tasks = soak_tasks()[:1]
-    body = KINDS[kind][1]
-    rows = [{"task_id": tasks[0].id, "sample_id": f"{kind}-{i}", "kind": kind,
-             "completion": f"```python\n{body}```\n"} for i in range(2)]
-    results = score_generations(rows, {t.id: t for t in tasks}, tmp_path / "s.jsonl", workers=2,
+    task = soak.soak_tasks()[-1]
+    rows = [{"task_id": task.id, "sample_id": f"{kind}-{i}", "kind": kind, "completion": soak.KINDS[kind].body}
+            for i in range(2)]
+    results = score_generations(rows, {task.id: task}, tmp_path / "s.jsonl", workers=2,
                                 limits=SandboxLimits(timeout_s=4))
-    assert check_results(rows, results) == []
-    assert leftover_sandbox_processes() == []
+    assert soak.check_results(rows, results) == []
+    assert soak.leftover_sandbox_processes() == []
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+    except OSError:
+        return []
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (read from /proc)."""
+    parent_of = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent_of[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parent_of.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="candidates run under sandbox uids only as root")
+def test_a_killed_scorer_leaves_no_sandbox_process():
+    """A preempted evaluation or RL job (SIGKILL) must not leave candidates running."""
+    scorer_code = textwrap.dedent(f"""
+        from chorus.harness import SandboxLimits, score
+        from chorus.tasks import load_task
+        stimulus = "import cocotb, time\\n@cocotb.test()\\nasync def t(dut):\\n    time.sleep(3600)\\n"
+        score(load_task({str(FIXTURE_TASK)!r}), stimulus, limits=SandboxLimits(timeout_s=600))
+    """)
+    scorer = subprocess.Popen([sys.executable, "-c", scorer_code])
+    ours: set[int] = set()
+    workdirs: set[Path] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while not (ours := _descendants(scorer.pid)) & set(soak.sandbox_processes()):
+            assert scorer.poll() is None and time.monotonic() < deadline, "the candidate never started"
+            time.sleep(0.2)
+        time.sleep(1)  # the candidate is asleep in the simulator
+        ours = _descendants(scorer.pid)
+        workdirs = {Path(arg).parent for pid in ours for arg in _cmdline(pid) if arg.endswith("/job.json")}
+        scorer.send_signal(signal.SIGKILL)
+        scorer.wait()
+        time.sleep(2)
+        left = [pid for pid in soak.sandbox_processes() if pid in ours]
+    finally:
+        scorer.kill()
+        scorer.wait()
+        for pid in ours:  # only this test's processes
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for workdir in workdirs:  # the killed scorer could not remove its candidate's folder
+            shutil.rmtree(workdir, ignore_errors=True)
+    assert left == []

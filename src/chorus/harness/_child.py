@@ -20,6 +20,7 @@ CLONE_NEWNET = 0x40000000
 CLONE_NEWNS = 0x00020000
 CLONE_NEWPID = 0x20000000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
+PR_SET_PDEATHSIG = 1
 # world-writable places a candidate could otherwise write to
 SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -97,22 +98,46 @@ def _set_limits(limits: dict) -> None:
         resource.setrlimit(name, (value, value))
 
 
+def _die_with_parent(parent_alive) -> None:
+    """SIGKILL this process when its parent dies (a scorer killed by SIGKILL or a
+    preempted job cannot clean up: without this, a sleeping candidate would outlive it,
+    past its wall-clock limit). `parent_alive()` closes the race of a parent that died
+    before the request was made."""
+    _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # 9 = SIGKILL
+    if not parent_alive():
+        os._exit(137)
+
+
 def _drop_privileges(uid: int) -> None:
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
 
 
-def _enter_pid_namespace() -> bool:
+def _pipe_writer_alive(fd: int) -> bool:
+    import select
+
+    readable, _, _ = select.select([fd], [], [], 0)
+    return not readable  # EOF (readable, nothing written ever): the writer is gone
+
+
+def _enter_pid_namespace() -> int | None:
     """Continue as pid 1 of a new pid namespace (this process stays outside, waits and
     passes the exit code on). When that init ends, the kernel kills and reaps all the
     candidate forked: no process or zombie outlives the candidate to eat the process
-    budget of the next candidate in this slot, and the candidate cannot signal its init."""
+    budget of the next candidate in this slot, and the candidate cannot signal its init.
+    Returns, in the init, a pipe end that tells whether the process outside lives; None
+    where there is no pid namespace."""
     if _libc.unshare(CLONE_NEWPID) != 0:
-        return False
+        return None
+    # the init cannot see this process (getppid() is 0 in its namespace): the read end
+    # of a pipe whose write end only this process holds reports whether it still lives
+    parent_alive_r, parent_alive_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        return True
+        os.close(parent_alive_w)
+        return parent_alive_r
+    os.close(parent_alive_r)
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
@@ -121,15 +146,20 @@ def _enter_pid_namespace() -> bool:
 def confine(job: dict) -> dict:
     status = {"network_isolated": False, "read_only_fs": "", "privileges_dropped": False,
               "pid_namespace": False}
+    _die_with_parent(lambda: os.getppid() == job["parent_pid"])
+    outside_alive = None
     if os.geteuid() == 0:
         if job["isolate_network"]:
             status["network_isolated"] = _isolate_network()
         status["read_only_fs"] = _read_only_filesystem()
-        status["pid_namespace"] = _enter_pid_namespace()
+        outside_alive = _enter_pid_namespace()
+        status["pid_namespace"] = outside_alive is not None
     _set_limits(job["limits"])
     if job["uid"] is not None:
         _drop_privileges(job["uid"])
         status["privileges_dropped"] = os.geteuid() == job["uid"]
+    if outside_alive is not None:  # the init is a new process, and setuid cleared the request
+        _die_with_parent(lambda: _pipe_writer_alive(outside_alive))
     return status
 
 
@@ -140,8 +170,12 @@ def main() -> int:
     Path(sys.argv[1]).unlink()
     import subprocess
 
+    this_pid = os.getpid()
     try:
-        code = subprocess.run(job["command"], env=job["env"], stdin=subprocess.DEVNULL).returncode
+        code = subprocess.run(
+            job["command"], env=job["env"], stdin=subprocess.DEVNULL,
+            preexec_fn=lambda: _die_with_parent(lambda: os.getppid() == this_pid),
+        ).returncode
     except OSError as err:  # the simulator could not start: report it, don't hide it
         print(f"chorus-sandbox: simulator run failed: {err!r}", flush=True)
         return 1

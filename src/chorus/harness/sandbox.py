@@ -111,7 +111,7 @@ def _workdir_parent(as_root: bool) -> str:
     return str(parent)
 
 
-def _processes_of_uid(uid: int) -> list[int]:
+def processes_of_uid(uid: int) -> list[int]:
     """Live (non-zombie) processes owned by `uid`."""
     pids = []
     for entry in os.listdir("/proc"):
@@ -139,7 +139,7 @@ def _kill_everything(proc: subprocess.Popen, uid: int | None, deadline_s: float 
     # pass that new forks cannot slip past. Repeat until the uid owns nothing, so the
     # next candidate in this slot starts with its whole process budget.
     end = time.monotonic() + deadline_s
-    while _processes_of_uid(uid) and time.monotonic() < end:
+    while processes_of_uid(uid) and time.monotonic() < end:
         subprocess.run(
             ["kill", "-KILL", "-1"], user=uid, group=uid, extra_groups=[],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
@@ -288,6 +288,7 @@ def run_candidate(
             "command": command,
             "env": sim_env,
             "uid": uid,
+            "parent_pid": os.getpid(),  # the child dies with it
             "isolate_network": limits.isolate_network,
             "limits": {
                 "mem_mb": limits.mem_mb,
