@@ -6,7 +6,8 @@ config: no download), then measures with the project's own code paths:
     SFTTrainer, bf16: sdpa with padded packed rows; flex_attention padding-free; Liger's
     fused kernels; DeepSpeed ZeRO-2 in-process,
   - the workflow's launcher path (chorus.launch -> torchrun -> chorus.sft.train_stage,
-    the sft rule's code) with DeepSpeed ZeRO-2 and ZeRO-3,
+    the sft rule's code): flex_attention + Liger alone, with DeepSpeed ZeRO-2 and ZeRO-3,
+    and sdpa with ZeRO-2,
   - rollout generation tokens/s with transformers `generate`,
   - one GRPO run with the real coverage reward: the fraction of wall time the trainer
     waits on simulations.
@@ -120,7 +121,9 @@ def bench_sft(model_dir, data, out, label, sink, *, batch, max_steps, deepspeed=
     torch.cuda.empty_cache()
 
 
-def bench_generate(model_dir, tasks, sink, *, batch, new_tokens):
+def bench_generate(model_dir, tasks, sink, *, batch, new_tokens, cache="dynamic"):
+    """Sampling tokens/s; `cache="static"`: a preallocated KV cache, with which
+    transformers compiles the decoding step (the first call pays the compilation)."""
     from chorus.modeling import load_model_and_tokenizer
     from chorus.prompts import build_prompt
 
@@ -131,14 +134,19 @@ def bench_generate(model_dir, tasks, sink, *, batch, new_tokens):
     inputs = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to("cuda")
     kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True, temperature=1.0,
                   pad_token_id=tokenizer.pad_token_id)
-    model.generate(**inputs, **{**kwargs, "max_new_tokens": 8, "min_new_tokens": 8})
+    if cache == "static":
+        kwargs["cache_implementation"] = "static"
+    warm_start = time.perf_counter()
+    model.generate(**inputs, **kwargs)  # the same shapes: any compilation happens here
     torch.cuda.synchronize()
+    warm_s = time.perf_counter() - warm_start
     start = time.perf_counter()
     model.generate(**inputs, **kwargs)
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    emit({"bench": "generate", "batch": batch, "prompt_tokens": int(inputs["input_ids"].shape[1]),
-          "new_tokens": new_tokens, "seconds": elapsed, "tokens_per_s": batch * new_tokens / elapsed}, sink)
+    emit({"bench": "generate", "cache": cache, "batch": batch, "prompt_tokens": int(inputs["input_ids"].shape[1]),
+          "new_tokens": new_tokens, "first_call_s": warm_s, "seconds": elapsed,
+          "tokens_per_s": batch * new_tokens / elapsed}, sink)
     del model
     torch.cuda.empty_cache()
 
@@ -156,19 +164,29 @@ def bench_grpo(model_dir, tasks, out, sink, *, steps, num_generations, completio
           "statuses": calls[-1]["statuses"]}, sink)
 
 
-def bench_launch(model_dir, data, out, label, sink, *, deepspeed, max_steps, batch):
+def bench_launch(model_dir, data, out, label, sink, *, deepspeed, max_steps, batch, attn="sdpa", liger=False):
     """The workflow's path: chorus.launch starts train_stage under torch.distributed.run
-    with one rank per visible GPU and the DeepSpeed config, as the sft rule does."""
+    with one rank per visible GPU and the DeepSpeed config, as the sft rule does. MFU from
+    the steady rate (after the warm-up steps) over real tokens."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
     from chorus.launch import launch_training
 
     start = time.perf_counter()
     launch_training("chorus.sft:train_stage",
                     dict(model_in=str(model_dir), dataset_jsonl=str(data), out_dir=str(out), max_steps=max_steps,
-                         batch_size=batch, max_length=2048, lr=1e-5, save_steps=10_000),
+                         batch_size=batch, max_length=2048, lr=1e-5, save_steps=10_000, attn=attn, liger=liger),
                     {"device": "cuda", "deepspeed": deepspeed, "processes": "auto"})
     metrics = json.loads((out / "train_metrics.json").read_text())
-    emit({"bench": "launch", "label": label, "world_size": metrics["world_size"], "deepspeed": metrics["deepspeed"],
-          "steps": metrics["steps"], "tokens_per_s": metrics["tokens_per_s"], "job_s": time.perf_counter() - start,
+    with torch.device("meta"):  # the shape's FLOPs, without weights
+        shape_model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    tps = metrics["steady_tokens_per_s"]
+    flops = training_flops_per_token(shape_model, 2048) * tps
+    dense_flops = 6 * sum(p.numel() for p in shape_model.parameters()) * tps
+    emit({"bench": "launch", "label": label, "world_size": metrics["world_size"], "deepspeed": deepspeed,
+          "attn": attn, "liger": liger, "steps": metrics["steps"], "tokens_per_s_whole_run": metrics["tokens_per_s"],
+          "tokens_per_s": tps, "tflops": flops / 1e12, "mfu": flops / H200_BF16_PEAK,
+          "mfu_6n": dense_flops / H200_BF16_PEAK, "job_s": time.perf_counter() - start,
           "last_loss": metrics["last_loss"]}, sink)
 
 
@@ -205,12 +223,19 @@ def main() -> None:
         "sft_liger_flex": lambda: bench_sft(model_dir, data, root / "sft_lf", "bf16+liger+flex+padding-free", sink,
                                             batch=args.batch, max_steps=args.sft_steps, attn="flex_attention",
                                             padding_free=True, use_liger_kernel=True),
-        "launch_zero2": lambda: bench_launch(model_dir, data, root / "launch_z2", "launcher+zero2", sink,
-                                             deepspeed=ds, max_steps=args.sft_steps, batch=args.batch),
-        "launch_zero3": lambda: bench_launch(model_dir, data, root / "launch_z3", "launcher+zero3", sink,
+        "launch_fast": lambda: bench_launch(model_dir, data, root / "launch_fast", "launcher+flex+liger", sink,
+                                            deepspeed=None, max_steps=args.sft_steps, batch=args.batch,
+                                            attn="flex_attention", liger=True),
+        "launch_zero2": lambda: bench_launch(model_dir, data, root / "launch_z2", "launcher+zero2+flex+liger", sink,
+                                             deepspeed=ds, max_steps=args.sft_steps, batch=args.batch,
+                                             attn="flex_attention", liger=True),
+        "launch_zero3": lambda: bench_launch(model_dir, data, root / "launch_z3", "launcher+zero3+flex+liger", sink,
                                              deepspeed=str(ds_dir / "zero3.json"), max_steps=args.sft_steps,
-                                             batch=args.batch),
+                                             batch=args.batch, attn="flex_attention", liger=True),
+        "launch_zero2_sdpa": lambda: bench_launch(model_dir, data, root / "launch_z2s", "launcher+zero2+sdpa", sink,
+                                                  deepspeed=ds, max_steps=args.sft_steps, batch=args.batch),
         "generate": lambda: bench_generate(model_dir, tasks, sink, batch=64, new_tokens=256),
+        "generate_static": lambda: bench_generate(model_dir, tasks, sink, batch=64, new_tokens=256, cache="static"),
         "grpo": lambda: bench_grpo(model_dir, tasks[:8], root / "grpo", sink, steps=3, num_generations=8,
                                    completion_len=128, workers=max(1, (os.cpu_count() or 2) - 2)),
         "deepspeed": lambda: (

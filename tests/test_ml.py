@@ -1,6 +1,7 @@
 """Training, merging and sampling on a tiny model the project builds itself from the
 shipped tasks (no hub access: HF_HUB_OFFLINE=1)."""
 
+import importlib.util
 import json
 import os
 
@@ -27,7 +28,7 @@ from chorus.modeling import (  # noqa: E402
 )
 from chorus.prompts import build_prompt, extract_stimulus, render_prompt  # noqa: E402
 from chorus.rl import CoverageReward, format_reward, train_expert  # noqa: E402
-from chorus.sft import train_stage, work_dir_for  # noqa: E402
+from chorus.sft import kernel_settings, train_stage, work_dir_for  # noqa: E402
 from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks  # noqa: E402
 
 TRAIN = load_tasks(DEFAULT_TASK_ROOT, splits="train")
@@ -167,8 +168,20 @@ def test_sft_loss_decreases_on_a_fixed_batch(base, tmp_path):
     losses = metrics["losses"]
     assert len(losses) == 5 and losses[-1] < losses[0] * 0.9, losses
     assert metrics["tokens"] > 0 and metrics["tokens_per_s"] > 0
+    assert metrics["steady_tokens_per_s"] > 0  # 5 steps: 2 after the warm-up
     saved = json.loads((tmp_path / "fixed" / "train_metrics.json").read_text())
     assert saved["steps"] == 5 and saved["tokens_per_s"] == pytest.approx(metrics["tokens_per_s"])
+
+
+def test_auto_kernels_follow_the_device():
+    """`auto`: sdpa on padded rows on CPU (flex has no CPU backward); flex_attention on
+    padding-free rows and Liger (when installed) on a GPU."""
+    assert kernel_settings("auto", "auto", on_gpu=False) == {
+        "attn_implementation": "sdpa", "padding_free": False, "use_liger_kernel": False}
+    gpu = kernel_settings("auto", "auto", on_gpu=True)
+    assert gpu["attn_implementation"] == "flex_attention" and gpu["padding_free"]
+    assert gpu["use_liger_kernel"] == (importlib.util.find_spec("liger_kernel") is not None)
+    assert kernel_settings("sdpa", True, on_gpu=True)["use_liger_kernel"] is True  # explicit wins
 
 
 def test_staged_sft_trains_and_chains(base, stages):

@@ -17,6 +17,7 @@ from conftest import default_config, run_snakemake, write_config
         (lambda c: c.update(device="tpu"), "tpu"),
         (lambda c: c.update(train_processes="many"), "many"),
         (lambda c: c["rl"].update(save_steps=0), "save_steps"),
+        (lambda c: c["sft"].update(liger_kernel="sometimes"), "sometimes"),
     ],
 )
 def test_schema_rejects_bad_config_naming_the_key(tmp_path, mutate, expected):

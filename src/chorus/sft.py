@@ -8,6 +8,7 @@ the next call resumes from the last one (`resume=True`).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import shutil
@@ -55,13 +56,16 @@ def precision_flags(device: str | None = None, *, bf16: bool | None = None, use_
     return {"bf16": bool(bf16), "use_cpu": bool(use_cpu)}
 
 
-def kernel_settings(attn: str = "sdpa", liger: bool = False) -> dict:
+def kernel_settings(attn: str = "sdpa", liger: bool | str = False, on_gpu: bool = False) -> dict:
     """Attention and fused kernels for training (config `sft.attention`, `sft.liger_kernel`).
     `flex_attention` (GPU only: it has no CPU backward) trains on padding-free packed
     rows, each example attending only to itself; with Liger's fused kernels it took a
     1.3B model's SFT on one H200 from 13% to 48% MFU in benchmarks/gpu_throughput.py.
-    The default stays `sdpa` on padded batches: the fast path has not yet been run
-    through the launcher with DeepSpeed (benchmarks/README.md)."""
+    "auto" picks them on a GPU (Liger when installed) and `sdpa` on padded rows on CPU."""
+    if attn == "auto":
+        attn = "flex_attention" if on_gpu else "sdpa"
+    if liger == "auto":
+        liger = on_gpu and importlib.util.find_spec("liger_kernel") is not None
     padding_free = attn in ("flex_attention", "flash_attention_2", "flash_attention_3")
     return {"attn_implementation": attn, "padding_free": padding_free, "use_liger_kernel": bool(liger)}
 
@@ -97,25 +101,37 @@ def finalize(trainer, out_dir: str | Path, work_dir: Path, metrics_name: str, me
     trainer.accelerator.wait_for_everyone()
 
 
+WARMUP_STEPS = 3  # kernel compilation and allocator growth: left out of steady_tokens_per_s
+
+
 def stage_callback():
-    """Measures this train() call (tokens and wall time after any resume) and skips the
-    checkpoint transformers writes at the last step: `finalize` saves the model itself,
-    and a full checkpoint with optimizer state of a large model costs minutes."""
+    """Measures this train() call (tokens and wall time after any resume; and the steady
+    rate after WARMUP_STEPS, what a long run gets) and skips the checkpoint transformers
+    writes at the last step: `finalize` saves the model itself, and a full checkpoint
+    with optimizer state of a large model costs minutes."""
     from transformers import TrainerCallback
 
     class StageCallback(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
             self.tokens0, self.steps0, self.t0 = state.num_input_tokens_seen, state.global_step, time.perf_counter()
             self.tokens = self.steps = self.seconds = 0
+            self.warm = None  # (tokens seen, time) once the warm-up steps are done
+            self.steady_tokens_per_s = None
 
         def on_step_end(self, args, state, control, **kwargs):
             if state.max_steps and state.global_step >= state.max_steps:
                 control.should_save = False
+            if state.global_step - self.steps0 == WARMUP_STEPS:
+                self.warm = (state.num_input_tokens_seen, time.perf_counter())
 
         def on_train_end(self, args, state, control, **kwargs):
+            now = time.perf_counter()
             self.tokens = state.num_input_tokens_seen - self.tokens0
             self.steps = state.global_step - self.steps0
-            self.seconds = time.perf_counter() - self.t0
+            self.seconds = now - self.t0
+            if self.warm is not None and self.steps > WARMUP_STEPS:
+                warm_tokens, warm_time = self.warm
+                self.steady_tokens_per_s = (state.num_input_tokens_seen - warm_tokens) / (now - warm_time)
 
     return StageCallback()
 
@@ -140,7 +156,7 @@ def train_stage(
     max_steps: int = -1,
     gradient_checkpointing: bool = False,
     attn: str = "sdpa",
-    liger: bool = False,
+    liger: bool | str = False,
     packing: bool | str = "auto",
     lr_scheduler_type: str = "cosine",
     warmup: float = 0.0,
@@ -151,8 +167,9 @@ def train_stage(
     docs/data_format.md) with the loss on completions only. The model and tokenizer land
     in `out_dir` atomically with `train_metrics.json`; the metrics are also returned:
     steps, train_loss, first_loss, last_loss, losses, tokens (non-padding input tokens of
-    this call), tokens_per_s, runtime_s, examples, resumed_from. `callbacks` go to the
-    trainer, `extra_args` to SFTConfig as they are. `attn`/`liger`: see kernel_settings;
+    this call), tokens_per_s, steady_tokens_per_s (after WARMUP_STEPS), runtime_s,
+    examples, resumed_from. `callbacks` go to the trainer, `extra_args` to SFTConfig as
+    they are. `attn`/`liger`: see kernel_settings;
     `packing` packs several examples per row (best-fit decreasing); it needs padding-free
     kernels, and "auto" packs whenever they are on (TRL enforces `max_length` on
     padding-free batches only by packing)."""
@@ -167,7 +184,7 @@ def train_stage(
     dataset = dataset.select_columns(["prompt", "completion"])
     tokenizer = load_tokenizer(model_in)
     flags = precision_flags(device, bf16=bf16, use_cpu=use_cpu)
-    kernels = kernel_settings(attn, liger)
+    kernels = kernel_settings(attn, liger, on_gpu=not flags["use_cpu"])
     model = AutoModelForCausalLM.from_pretrained(model_in, dtype="bfloat16" if flags["bf16"] else "float32",
                                                  attn_implementation=kernels["attn_implementation"])
     config = dict(
@@ -218,6 +235,7 @@ def train_stage(
         "runtime_s": throughput.seconds,
         "tokens": throughput.tokens,
         "tokens_per_s": throughput.tokens / throughput.seconds if throughput.seconds else None,
+        "steady_tokens_per_s": throughput.steady_tokens_per_s,
         "examples": len(dataset),
         "epochs": epochs,
         "lr": lr,
