@@ -7,7 +7,8 @@ config: no download), then measures with the project's own code paths:
     fused kernels; DeepSpeed ZeRO-2 in-process,
   - the workflow's launcher path (chorus.launch -> torchrun -> chorus.sft.train_stage,
     the sft rule's code): flex_attention + Liger alone, with DeepSpeed ZeRO-2 and ZeRO-3,
-    and sdpa with ZeRO-2,
+    and sdpa with ZeRO-2; `job_s` shows the compile cost (the first flex launch compiles,
+    later ones reuse the compile cache),
   - rollout generation tokens/s with transformers `generate`,
   - one GRPO run with the real coverage reward: the fraction of wall time the trainer
     waits on simulations.
@@ -36,6 +37,8 @@ SHAPES = {
     "3b": dict(hidden_size=2048, num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2,
                intermediate_size=11008, max_position_embeddings=8192, tie_word_embeddings=True),
 }
+# the workflow's default `compile_cache`: later launches reuse flex_attention's kernels
+COMPILE_CACHE = str(Path(__file__).resolve().parents[1] / ".cache" / "torch_compile")
 H200_BF16_PEAK = 790e12  # dense bf16 FLOP/s measured on this machine kind (device KINDS.md)
 
 
@@ -176,7 +179,7 @@ def bench_launch(model_dir, data, out, label, sink, *, deepspeed, max_steps, bat
     launch_training("chorus.sft:train_stage",
                     dict(model_in=str(model_dir), dataset_jsonl=str(data), out_dir=str(out), max_steps=max_steps,
                          batch_size=batch, max_length=2048, lr=1e-5, save_steps=10_000, attn=attn, liger=liger),
-                    {"device": "cuda", "deepspeed": deepspeed, "processes": "auto"})
+                    {"device": "cuda", "deepspeed": deepspeed, "processes": "auto", "compile_cache": COMPILE_CACHE})
     metrics = json.loads((out / "train_metrics.json").read_text())
     with torch.device("meta"):  # the shape's FLOPs, without weights
         shape_model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))

@@ -40,6 +40,7 @@ def training_launch():
         "device": config["device"],
         "deepspeed": config.get("deepspeed"),
         "processes": config.get("train_processes", "auto"),
+        "compile_cache": config.get("compile_cache"),
     }
 
 
@@ -51,8 +52,8 @@ def sft_settings():
         "grad_accum": sft.get("grad_accum", 1),
         "save_steps": sft.get("save_steps", 200),
         "max_length": config["max_length"],
-        "attn": sft.get("attention", "sdpa"),
-        "liger": sft.get("liger_kernel", False),
+        "attn": sft.get("attention", "auto"),
+        "liger": sft.get("liger_kernel", "auto"),
     }
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from chorus.data import build_stage_dataset
-from chorus.launch import inside_launcher, launch, process_count, resolve
+from chorus.launch import _rank_env, inside_launcher, launch, process_count, resolve, use_compile_cache
 from chorus.modeling import build_tiny_model, task_corpus
 from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks
 from conftest import REPO, e2e_config, run_snakemake
@@ -39,6 +39,19 @@ def test_resolve_rejects_malformed_targets():
     assert resolve("chorus.sft:train_stage").__name__ == "train_stage"
     with pytest.raises(ValueError):
         resolve("chorus.sft.train_stage")
+
+
+def test_compile_cache_reaches_the_ranks(tmp_path, monkeypatch):
+    """config `compile_cache` becomes the ranks' TORCHINDUCTOR_CACHE_DIR (absolute: the
+    ranks may start elsewhere); a site's own setting wins; null leaves PyTorch's default."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    use_compile_cache(None)
+    assert "TORCHINDUCTOR_CACHE_DIR" not in _rank_env()
+    monkeypatch.chdir(tmp_path)
+    use_compile_cache(".cache/torch_compile")
+    assert _rank_env()["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / ".cache" / "torch_compile")
+    use_compile_cache("/elsewhere")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / ".cache" / "torch_compile")
 
 
 @pytest.fixture(scope="module")

@@ -56,12 +56,15 @@ def precision_flags(device: str | None = None, *, bf16: bool | None = None, use_
     return {"bf16": bool(bf16), "use_cpu": bool(use_cpu)}
 
 
-def kernel_settings(attn: str = "sdpa", liger: bool | str = False, on_gpu: bool = False) -> dict:
+def kernel_settings(attn: str = "auto", liger: bool | str = "auto", on_gpu: bool = False) -> dict:
     """Attention and fused kernels for training (config `sft.attention`, `sft.liger_kernel`).
     `flex_attention` (GPU only: it has no CPU backward) trains on padding-free packed
     rows, each example attending only to itself; with Liger's fused kernels it took a
-    1.3B model's SFT on one H200 from 13% to 48% MFU in benchmarks/gpu_throughput.py.
-    "auto" picks them on a GPU (Liger when installed) and `sdpa` on padded rows on CPU."""
+    1.3B model's SFT on one H200 from 13% to 54-59% MFU through the workflow's launcher,
+    42% under DeepSpeed ZeRO-2 (benchmarks/README.md). The price: a fresh process spends
+    5-8 min in torch.compile before its first step (config `compile_cache` keeps it).
+    "auto" (the default) picks them on a GPU (Liger when installed) and `sdpa` on padded
+    rows on CPU."""
     if attn == "auto":
         attn = "flex_attention" if on_gpu else "sdpa"
     if liger == "auto":
@@ -155,8 +158,8 @@ def train_stage(
     save_steps: int = 200,
     max_steps: int = -1,
     gradient_checkpointing: bool = False,
-    attn: str = "sdpa",
-    liger: bool | str = False,
+    attn: str = "auto",
+    liger: bool | str = "auto",
     packing: bool | str = "auto",
     lr_scheduler_type: str = "cosine",
     warmup: float = 0.0,
