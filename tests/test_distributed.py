@@ -44,7 +44,8 @@ def test_resolve_rejects_malformed_targets():
 def test_compile_cache_reaches_the_ranks(tmp_path, monkeypatch):
     """config `compile_cache` becomes the ranks' TORCHINDUCTOR_CACHE_DIR (absolute: the
     ranks may start elsewhere); a site's own setting wins; null leaves PyTorch's default."""
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "")  # records the original, restored after the test
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
     use_compile_cache(None)
     assert "TORCHINDUCTOR_CACHE_DIR" not in _rank_env()
     monkeypatch.chdir(tmp_path)
