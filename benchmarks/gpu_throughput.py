@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 SHAPES = {
     # Llama-architecture shapes matching common small open models (parameters ~).
@@ -37,8 +38,9 @@ SHAPES = {
     "3b": dict(hidden_size=2048, num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2,
                intermediate_size=11008, max_position_embeddings=8192, tie_word_embeddings=True),
 }
-# the workflow's default `compile_cache`: later launches reuse flex_attention's kernels
-COMPILE_CACHE = str(Path(__file__).resolve().parents[1] / ".cache" / "torch_compile")
+REPO = Path(__file__).resolve().parents[1]
+# the workflow's `compile_cache` (config/config.yaml): later launches reuse the compiled kernels
+COMPILE_CACHE = str(REPO / yaml.safe_load((REPO / "config" / "config.yaml").read_text())["compile_cache"])
 H200_BF16_PEAK = 790e12  # dense bf16 FLOP/s measured on this machine kind (device KINDS.md)
 
 
@@ -210,7 +212,7 @@ def main() -> None:
     data = packed_dataset(tasks, root / "sft.jsonl", repeats=40)
     emit({"bench": "env", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
           "shape": args.shape}, sink)
-    ds_dir = Path(__file__).resolve().parents[1] / "config" / "deepspeed"
+    ds_dir = REPO / "config" / "deepspeed"
     ds = str(ds_dir / "zero2.json")
     benches = {
         "sft": lambda: bench_sft(model_dir, data, root / "sft", "bf16", sink, batch=args.batch,
