@@ -1,8 +1,10 @@
 """Prompts for stimulus generation and extraction of the stimulus from a completion.
 
 A prompt is a list of chat messages (TRL's conversational format): a system message
-(the model writes cocotb stimulus) and a user message with the task's spec.md, its RTL,
-the coverage target and the required answer format. `render_prompt` turns the messages
+and a user message with the task's spec.md, its RTL (unless the task is black-box,
+`show_rtl: false`), the coverage target and the answer format of the task's answer
+language: a cocotb module (the shipped tasks) or a SystemVerilog testbench file (CVDP
+cid012). The format never asks for a clock the design does not have. `render_prompt` turns the messages
 into text with the tokenizer's chat template, or with `FALLBACK_TEMPLATE` for a
 tokenizer that has none.
 """
@@ -14,15 +16,13 @@ import re
 from chorus.tasks import Task
 
 SYSTEM_PROMPT = (
-    "You are a hardware verification engineer. You write cocotb 2.x testbench stimulus "
-    "for Verilog/SystemVerilog designs that reaches the requested coverage in Verilator."
+    "You are a hardware verification engineer. You write testbench stimulus for "
+    "Verilog/SystemVerilog designs that reaches the requested coverage in simulation."
 )
-ANSWER_FORMAT = (
-    "Answer with one cocotb test module in a single ```python block: one or more "
-    "@cocotb.test() coroutines that start a clock on `clk` with "
-    'cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start()), drive the ports through '
-    "`dut` and finish in bounded time."
-)
+# names a design's clock input is recognised by (clk, clock, clk_i, i_clk, sys_clk, aclk, ...)
+_CLOCK_NAME = re.compile(r"^(?:[a-z0-9]*_)?(?:clk|clock|aclk)(?:_[a-z0-9]*)?$|^[a-z]?clk$", re.I)
+_INPUT_DECL = re.compile(r"\binput\b([^;()]*?)(?=\binput\b|\boutput\b|\binout\b|[;)])", re.S)
+_DECL_WORDS = {"wire", "logic", "reg", "bit", "signed", "unsigned", "var", "tri", "integer", "int"}
 # Fallback for tokenizers without a chat template: each message as
 # "<role>:\n<content>\n\n", then "assistant:\n" when a generation prompt is asked for.
 FALLBACK_TEMPLATE = "{role}:\n{content}\n\n"
@@ -30,15 +30,71 @@ FALLBACK_GENERATION_PROMPT = "assistant:\n"
 
 _FENCE_LINE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[ \t]*$")
 _PYTHON_TAGS = ("python", "python3", "py")
+_SV_TAGS = ("systemverilog", "verilog", "sv", "v")
+FENCE_TAGS = {"cocotb": "python", "systemverilog": "systemverilog"}
+
+
+def clock_inputs(task: Task) -> list[str]:
+    """Input ports of the design whose names say they are a clock (clk, clock, clk_i,
+    i_clk, sys_clk, ...), in the order declared; empty for a combinational design."""
+    found = []
+    for text in task.rtl_text().values():
+        text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
+        for decl in _INPUT_DECL.findall(text):
+            decl = re.sub(r"\[[^\]]*\]", " ", decl)
+            for name in re.findall(r"[A-Za-z_][A-Za-z0-9_$]*", decl):
+                if name not in _DECL_WORDS and _CLOCK_NAME.match(name) and name not in found:
+                    found.append(name)
+    return found
+
+
+def answer_format(task: Task) -> str:
+    """What the answer must look like, for the task's answer language and design."""
+    clocks = clock_inputs(task)
+    if task.answer_language == "systemverilog":
+        clock = f" generate the clock on `{clocks[0]}`," if clocks else ""
+        return (
+            f"Answer with the complete file `{task.testbench_file}` in a single ```systemverilog "
+            f"block: one top-level testbench module that instantiates `{task.toplevel}` as "
+            f"`{task.instance}`,{clock} drives its inputs and ends the simulation with $finish "
+            "in bounded time."
+        )
+    if clocks:
+        timing = (
+            f"start a clock on `{clocks[0]}` with "
+            f'cocotb.start_soon(Clock(dut.{clocks[0]}, 10, unit="ns").start()), '
+        )
+    else:
+        timing = (
+            "(the design has no clock input: let time pass between input changes with "
+            'await Timer(10, unit="ns")), '
+        )
+    return (
+        "Answer with one cocotb test module in a single ```python block: one or more "
+        f"@cocotb.test() coroutines that {timing}drive the ports through `dut` and finish "
+        "in bounded time."
+    )
+
+
+def _target_text(task: Task) -> str:
+    parts = []
+    for metric, value in task.coverage_target.items():
+        if metric == "average":
+            scope = f" of instance `{task.instance}`" if task.answer_language == "systemverilog" else ""
+            parts.append(f"overall average coverage{scope} >= {value:.0%}")
+        else:
+            parts.append(f"{metric} >= {value:.0%}")
+    return ", ".join(parts)
 
 
 def user_prompt(task: Task) -> str:
-    targets = ", ".join(f"{m} >= {v:.0%}" for m, v in task.coverage_target.items())
-    rtl = "\n\n".join(f"// {name}\n{text.rstrip()}" for name, text in task.rtl_text().items())
+    design = ""
+    if task.show_rtl:
+        rtl = "\n\n".join(f"// {name}\n{text.rstrip()}" for name, text in task.rtl_text().items())
+        design = f"## Design (top level `{task.toplevel}`)\n```systemverilog\n{rtl}\n```\n\n"
     return (
-        f"# Task: {task.title}\n\n{task.spec.strip()}\n\n"
-        f"## Design (top level `{task.toplevel}`)\n```systemverilog\n{rtl}\n```\n\n"
-        f"## Coverage target\n{targets}\n\n{ANSWER_FORMAT}"
+        f"# Task: {task.title}\n\n{task.spec.strip()}\n\n{design}"
+        f"## Coverage target\n{_target_text(task)}\n\n{answer_format(task)}"
     )
 
 
@@ -61,9 +117,9 @@ def render_prompt(tokenizer, messages: list[dict], *, add_generation_prompt: boo
     return text + (FALLBACK_GENERATION_PROMPT if add_generation_prompt else "")
 
 
-def format_completion(stimulus: str) -> str:
+def format_completion(stimulus: str, language: str = "cocotb") -> str:
     """The answer a model should give for `stimulus` (SFT targets use this)."""
-    return f"```python\n{stimulus.strip()}\n```"
+    return f"```{FENCE_TAGS[language]}\n{stimulus.strip()}\n```"
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -96,8 +152,16 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
 def extract_stimulus(text: str) -> str:
     """The python code of a completion: its first ```python block (```py, ```python3
     too), else its first untagged fenced block, else the whole text unchanged."""
+    return extract_answer(text, "cocotb")
+
+
+def extract_answer(text: str, language: str = "cocotb") -> str:
+    """The code of a completion in the task's answer language: the first block tagged
+    for it (```python/py/python3; ```systemverilog/verilog/sv/v), else the first
+    untagged fenced block, else the whole text unchanged."""
+    tags = _PYTHON_TAGS if language == "cocotb" else _SV_TAGS
     blocks = fenced_blocks(text)
-    for wanted in (_PYTHON_TAGS, ("",)):
+    for wanted in (tags, ("",)):
         for tag, body in blocks:
             if tag in wanted:
                 return body.strip() + "\n"

@@ -9,12 +9,24 @@ from pathlib import Path
 
 import yaml
 
-METRICS = ("line", "branch", "toggle", "expr", "user")
+METRICS = ("line", "branch", "toggle", "expr", "user", "fsm")
+# `average` in coverage_target: the mean of per-group grades, each group pooling some
+# Verilator metrics; groups without points are left out (docs/cvdp.md: CVDP's Xcelium
+# "overall average" of block / expression / toggle / FSM / assertion coverage)
+AVERAGE = "average"
+DEFAULT_AVERAGE_OF = {
+    "block": ["line", "branch"],
+    "expression": ["expr"],
+    "toggle": ["toggle"],
+    "fsm": ["fsm"],
+    "assertion": ["user"],
+}
+ANSWER_LANGUAGES = ("cocotb", "systemverilog")
 DIFFICULTIES = ("easy", "medium", "hard")
 SPLITS = ("train", "val", "test")
 TASK_ID_RE = re.compile(r"^[a-z0-9_]+$")
 _REQUIRED = {"id", "title", "difficulty", "split", "toplevel", "rtl", "coverage_target"}
-_OPTIONAL = {"tags"}
+_OPTIONAL = {"tags", "answer_language", "testbench", "coverage_average", "show_rtl"}
 
 DEFAULT_TASK_ROOT = Path(__file__).resolve().parents[2] / "tasks" / "ecov"
 
@@ -37,6 +49,23 @@ class Task:
     trivial_stimulus: Path | None = None
     root: Path | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
+    answer_language: str = "cocotb"  # cocotb module, or a SystemVerilog testbench file
+    testbench_file: str | None = None  # systemverilog: the file the answer is saved as
+    instance: str = "uut"  # systemverilog: the design's instance whose coverage counts
+    coverage_average: dict[str, tuple[str, ...]] | None = None  # groups of `average`
+    show_rtl: bool = True  # the prompt shows the RTL (white-box)
+
+    def average_groups(self) -> dict[str, tuple[str, ...]]:
+        """Group -> Verilator metrics pooled into that group's grade (for `average`)."""
+        groups = self.coverage_average or DEFAULT_AVERAGE_OF
+        return {name: tuple(metrics) for name, metrics in groups.items()}
+
+    def graded_metrics(self) -> set[str]:
+        """The Verilator metrics the verdict reads (the build must produce them)."""
+        metrics = set(self.coverage_target) - {AVERAGE}
+        if AVERAGE in self.coverage_target:
+            metrics.update(m for group in self.average_groups().values() for m in group)
+        return metrics
 
     def rtl_text(self) -> dict[str, str]:
         """File name -> source text of every RTL file (what the prompt shows)."""
@@ -47,7 +76,7 @@ class Task:
         digest = hashlib.sha256(self.toplevel.encode())
         for path in self.rtl_files:
             digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-        needs_user = "user" in self.coverage_target
+        needs_user = "user" in self.graded_metrics()
         digest.update(b"user" if needs_user else b"")
         return digest.hexdigest()[:16]
 
@@ -82,14 +111,47 @@ def validate_metadata(meta: object, where: str) -> dict:
     if not isinstance(target, dict) or not target:
         raise _fail(where, "field 'coverage_target' must be a non-empty mapping")
     for metric, value in target.items():
-        if metric not in METRICS:
-            raise _fail(where, f"coverage_target: unknown metric {metric!r} (one of {METRICS})")
+        if metric not in (*METRICS, AVERAGE):
+            raise _fail(where, f"coverage_target: unknown metric {metric!r} (one of {(*METRICS, AVERAGE)})")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
             raise _fail(where, f"coverage_target.{metric} must be a number in [0, 1]")
     tags = meta.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise _fail(where, "field 'tags' must be a list of strings")
+    validate_average(meta.get("coverage_average"), where)
+    if not isinstance(meta.get("show_rtl", True), bool):
+        raise _fail(where, "field 'show_rtl' must be true or false")
+    language = meta.get("answer_language", "cocotb")
+    if language not in ANSWER_LANGUAGES:
+        raise _fail(where, f"field 'answer_language' must be one of {ANSWER_LANGUAGES}")
+    testbench = meta.get("testbench")
+    if language == "systemverilog":
+        if not isinstance(testbench, dict) or set(testbench) - {"file", "instance"} or "file" not in testbench:
+            raise _fail(where, "answer_language systemverilog needs 'testbench: {file: <path>, instance: <name>}'")
+        file = testbench["file"]
+        if not isinstance(file, str) or not SV_FILE_RE.match(file) or ".." in file.split("/"):
+            raise _fail(where, f"testbench.file must be a relative .sv/.v path, got {file!r}")
+        if not isinstance(testbench.get("instance", "uut"), str) or not IDENT_RE.match(testbench.get("instance", "uut")):
+            raise _fail(where, "testbench.instance must be an instance name")
+    elif testbench is not None:
+        raise _fail(where, "field 'testbench' is only for answer_language systemverilog")
     return meta
+
+
+IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SV_FILE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.s?v$")
+
+
+def validate_average(groups: object, where: str) -> dict[str, list[str]] | None:
+    """Check a coverage_average mapping (group name -> non-empty list of metrics)."""
+    if groups is None:
+        return None
+    if not isinstance(groups, dict) or not groups:
+        raise _fail(where, "coverage_average must be a non-empty mapping group -> list of metrics")
+    for name, metrics in groups.items():
+        if not isinstance(metrics, list) or not metrics or any(m not in METRICS for m in metrics):
+            raise _fail(where, f"coverage_average.{name} must be a non-empty list of metrics from {METRICS}")
+    return groups
 
 
 def load_task(folder: str | Path) -> Task:
@@ -117,6 +179,11 @@ def load_task(folder: str | Path) -> Task:
         path = folder / rel
         return path if path.is_file() else None
 
+    language = meta.get("answer_language", "cocotb")
+    suffix = ".sv" if language == "systemverilog" else ".py"
+    testbench = meta.get("testbench") or {}
+    average = meta.get("coverage_average")
+
     return Task(
         id=meta["id"],
         title=meta["title"],
@@ -126,10 +193,15 @@ def load_task(folder: str | Path) -> Task:
         rtl_files=rtl_files,
         spec=spec_path.read_text(),
         coverage_target={k: float(v) for k, v in meta["coverage_target"].items()},
-        reference_stimulus=optional("stimulus/reference.py"),
-        trivial_stimulus=optional("stimulus/trivial.py"),
+        reference_stimulus=optional(f"stimulus/reference{suffix}"),
+        trivial_stimulus=optional(f"stimulus/trivial{suffix}"),
         root=folder,
         tags=tuple(meta.get("tags", [])),
+        answer_language=language,
+        testbench_file=testbench.get("file"),
+        instance=testbench.get("instance", "uut"),
+        coverage_average={k: tuple(v) for k, v in average.items()} if average else None,
+        show_rtl=meta.get("show_rtl", True),
     )
 
 

@@ -42,7 +42,8 @@ def default_cache_dir() -> Path:
 
 
 def build_flags(task: Task) -> tuple[str, ...]:
-    return BASE_FLAGS + (USER_FLAGS if "user" in task.coverage_target else ())
+    metrics = task.graded_metrics()
+    return BASE_FLAGS + (USER_FLAGS if "user" in metrics else ()) + (("--coverage-fsm",) if "fsm" in metrics else ())
 
 
 def build_key(task: Task) -> str:

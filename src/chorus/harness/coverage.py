@@ -2,7 +2,7 @@
 
 Each point is one line `C '<fields>' <count>`; fields are `\\x01key\\x02value` pairs and
 the `page` field (`v_line/<module>`, `v_branch/...`, `v_toggle/...`, `v_expr/...`,
-`v_user/...`) names the metric. A point is covered when its count is positive; points
+`v_user/...`, `v_fsm_state/...`, `v_fsm_arc/...`) names the metric. A point is covered when its count is positive; points
 with identical fields (the same point reached through several instances) are merged.
 """
 
@@ -18,6 +18,8 @@ PAGE_TO_METRIC = {
     "v_toggle": "toggle",
     "v_expr": "expr",
     "v_user": "user",
+    "v_fsm_state": "fsm",  # --coverage-fsm: states and arcs pooled, like Xcelium's FSM
+    "v_fsm_arc": "fsm",
 }
 
 

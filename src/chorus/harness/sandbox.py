@@ -352,3 +352,101 @@ def run_candidate(
             coverage=coverage,
             confinement=confinement,
         )
+
+
+# -- any command, confined: the SystemVerilog testbench path (harness/svtb.py) ----------
+# The same child (_child.py) and the same confinement as run_candidate; the caller owns
+# the folder's content and may run several commands in it (build, then simulate).
+@dataclass
+class ConfinedRun:
+    returncode: int | None
+    timed_out: bool
+    wall_s: float
+    log_tail: str
+    output_limited: bool
+    confinement: dict = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def confined_workdir(limits: SandboxLimits = SandboxLimits()):
+    """(folder, uid) for one candidate: a fresh temp folder and, as root, a sandbox uid
+    of its own (None without root), both held until the block ends."""
+    use_root = limits.drop_privileges and os.geteuid() == 0 and interpreter_reachable_by_others()
+    slot_context = _sandbox_slot() if use_root else contextlib.nullcontext(None)
+    with slot_context as slot, tempfile.TemporaryDirectory(
+        prefix="chorus-cand-", dir=_workdir_parent(use_root)
+    ) as tmp:
+        yield Path(tmp), (SANDBOX_UID_BASE + slot if slot is not None else None)
+
+
+def run_confined(
+    command: list[str],
+    env: dict[str, str],
+    workdir: Path,
+    uid: int | None,
+    limits: SandboxLimits = SandboxLimits(),
+    log_name: str = LOG_NAME,
+) -> ConfinedRun:
+    """Run `command` with `env` in `workdir` through the sandbox child: confined exactly
+    like a cocotb candidate (network, filesystem, pid namespace, rlimits, uid, wall-clock
+    timeout, every process killed at the end). Whatever is in `workdir` is handed to the
+    sandbox uid first; stdout and stderr go to `workdir/log_name`."""
+    job = {
+        "command": command,
+        "env": env,
+        "uid": uid,
+        "parent_pid": os.getpid(),
+        "isolate_network": limits.isolate_network,
+        "limits": {
+            "mem_mb": limits.mem_mb,
+            "cpu_s": limits.cpu_s or int(limits.timeout_s) + 5,
+            "nproc": limits.nproc,
+            "fsize_mb": limits.fsize_mb,
+            "nofile": limits.nofile,
+        },
+    }
+    job_path = workdir / "job.json"
+    job_path.write_text(json.dumps(job))
+    log_path = workdir / log_name
+    log_path.unlink(missing_ok=True)
+    with open(log_path, "w+b") as log:
+        if uid is not None:
+            for dirpath, dirnames, filenames in os.walk(workdir):
+                for name in (".", *dirnames, *filenames):
+                    os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(CHILD_SCRIPT), str(job_path)],
+            cwd=workdir,
+            env=_child_env(workdir),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=limits.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_everything(proc, uid)
+        wall = time.monotonic() - start
+        # read through our own descriptor: the candidate may have renamed the path
+        log_size = os.fstat(log.fileno()).st_size
+        log.seek(max(0, log_size - 3000))
+        log_tail = log.read().decode(errors="replace")
+    try:
+        fd = os.open(workdir / "confinement.json", os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as handle:
+            confinement = json.loads(handle.read(4096))
+    except (OSError, ValueError):
+        confinement = {}
+    return ConfinedRun(
+        returncode=proc.returncode,
+        timed_out=timed_out,
+        wall_s=wall,
+        log_tail=log_tail,
+        output_limited=log_size >= limits.fsize_mb * 1024 * 1024 - 4096,
+        confinement=confinement,
+    )

@@ -13,7 +13,7 @@ from pathlib import Path
 from chorus.harness.build import BuildError, ensure_build
 from chorus.harness.coverage import coverage_fractions
 from chorus.harness.sandbox import SandboxLimits, run_candidate
-from chorus.tasks import Task
+from chorus.tasks import AVERAGE, Task
 
 STATUSES = (
     "ok",
@@ -59,6 +59,22 @@ def meets_target(coverage: dict[str, float], target: dict[str, float]) -> bool:
     return all(coverage.get(m, 0.0) + 1e-9 >= goal for m, goal in target.items())
 
 
+def with_averages(counts: dict[str, tuple[int, int]], task: Task) -> dict[str, float]:
+    """Metric -> fraction, plus `average` when the task's target has it: the mean over
+    the task's average groups of each group's pooled hit/total, groups without points
+    left out (as Xcelium leaves out metrics without items; docs/cvdp.md)."""
+    coverage = coverage_fractions(counts)
+    if AVERAGE in task.coverage_target:
+        grades = []
+        for metrics in task.average_groups().values():
+            hit = sum(counts.get(m, (0, 0))[0] for m in metrics)
+            total = sum(counts.get(m, (0, 0))[1] for m in metrics)
+            if total:
+                grades.append(hit / total)
+        coverage[AVERAGE] = sum(grades) / len(grades) if grades else 0.0
+    return coverage
+
+
 def _syntax_error(stimulus_text: str) -> str | None:
     try:
         compile(stimulus_text, "stimulus.py", "exec")
@@ -77,7 +93,12 @@ def score(
     cache_dir: str | Path | None = None,
     seed: int = 0,
 ) -> SimResult:
-    """Simulate one candidate stimulus for `task`; never raises for a bad candidate."""
+    """Simulate one candidate stimulus for `task`; never raises for a bad candidate.
+    SystemVerilog testbench tasks (answer_language systemverilog) go to harness.svtb."""
+    if task.answer_language == "systemverilog":
+        from chorus.harness.svtb import score_testbench
+
+        return score_testbench(task, stimulus_text, limits=limits, cache_dir=cache_dir, seed=seed)
     syntax = _syntax_error(stimulus_text)
     if syntax is not None:
         return SimResult(task.id, False, 0.0, "syntax_error", detail=syntax)
@@ -96,7 +117,7 @@ def score(
 
 def judge(task: Task, run) -> SimResult:
     """Turn a SandboxResult into the task's verdict."""
-    coverage = coverage_fractions(run.coverage) if run.coverage else {}
+    coverage = with_averages(run.coverage, task) if run.coverage else {}
     reward = dense_score(coverage, task.coverage_target) if coverage else 0.0
     tail = run.log_tail[-1500:]
 
@@ -163,7 +184,12 @@ def prebuild(task: Task, cache_dir=None) -> None:
     """Compile `task`'s design into the cache now; a failure is reported per candidate
     later by score()."""
     try:
-        ensure_build(task, cache_dir)
+        if task.answer_language == "systemverilog":
+            from chorus.harness.svtb import ensure_sv_build
+
+            ensure_sv_build(task, cache_dir)
+        else:
+            ensure_build(task, cache_dir)
     except Exception:
         pass  # reported per candidate by score()
 
@@ -177,12 +203,13 @@ def sample_seed(sample_id) -> int:
 
 
 def _stimulus_extractor():
-    """chorus.prompts.extract_stimulus (model text -> code) when available, else identity."""
+    """chorus.prompts.extract_answer (model text, answer language -> code) when
+    available, else identity."""
     try:
-        from chorus.prompts import extract_stimulus
+        from chorus.prompts import extract_answer
     except ImportError:
-        return lambda text: text
-    return extract_stimulus
+        return lambda text, language: text
+    return extract_answer
 
 
 def _sample_key(row: dict) -> tuple[str, str]:
@@ -230,7 +257,7 @@ def score_generations(
     def run(row: dict) -> None:
         result = score(
             tasks[row["task_id"]],
-            extract(row["completion"] or ""),
+            extract(row["completion"] or "", tasks[row["task_id"]].answer_language),
             limits=limits,
             cache_dir=cache_dir,
             seed=sample_seed(row["sample_id"]),
