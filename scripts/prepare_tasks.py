@@ -14,8 +14,10 @@ with script_logging(snakemake):
         converted = convert_cvdp_jsonl(
             cfg["cvdp_jsonl"],
             snakemake.params.converted_dir,
-            default_target=cfg["cvdp_target"],
+            target=cfg.get("cvdp_target"),
             split="test",
+            average_of=cfg.get("cvdp_average_of"),
+            white_box=cfg.get("cvdp_white_box", False),
         )
         tasks = [t for t in tasks if t.split != "test"] + converted
     counts = {s: sum(t.split == s for t in tasks) for s in ("train", "val", "test")}

@@ -1,81 +1,39 @@
-"""CVDP JSONL adapter: cid012 rows become loadable tasks that the harness can build;
-rows of other categories are skipped; malformed rows are rejected naming row and field."""
+"""CVDP cid012 in CVDP's terms: the real example row converts (black-box prompt, the row's
+TARGET, a SystemVerilog testbench answer); Verilator grades its own solution as passing
+and a two-vector testbench as failing; hostile testbenches get a failed status; malformed
+rows are rejected naming row and field. CHORUS_CVDP_JSONL=<a CVDP *with_solutions* file>
+adds a test that grades every cid012 row's own solution."""
 
 import copy
+import dataclasses
 import json
+import os
+from pathlib import Path
 
 import pytest
 
 from chorus.cvdp import CvdpFormatError, convert_cvdp_jsonl
-from chorus.harness import score
-from chorus.tasks import TaskFormatError, load_tasks
+from chorus.harness import SandboxLimits, score
+from chorus.harness import svtb
+from chorus.prompts import answer_format, build_prompt, clock_inputs, extract_answer
+from chorus.tasks import TaskFormatError, load_task, load_tasks
 
-RTL = """module tiny_and (input logic clk, input logic rst, input logic a, input logic b,
-                 output logic y);
-  always_ff @(posedge clk) begin
-    if (rst) y <= 1'b0;
-    else if (a) y <= b;
-    else y <= 1'b0;
+FIXTURES = Path(__file__).parent / "fixtures" / "cvdp"
+REAL = FIXTURES / "cvdp_v1.1.0_example_nonagentic_code_generation_commercial_with_solutions.jsonl"
+AGENTIC = FIXTURES / "cvdp_v1.1.0_example_agentic_code_generation_commercial.jsonl"
+ROW = json.loads(REAL.read_text().splitlines()[0])
+TWO_VECTORS = """`timescale 1ns/1ps
+module gf_multiplier_tb;
+  reg [3:0] A, B;
+  wire [3:0] result;
+  gf_multiplier uut (.A(A), .B(B), .result(result));
+  initial begin
+    A = 4'h0; B = 4'h0; #10;
+    A = 4'hf; B = 4'hf; #10;
+    $finish;
   end
 endmodule
 """
-STIMULUS = """import cocotb
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
-
-@cocotb.test()
-async def drive(dut):
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    dut.rst.value = 1
-    dut.a.value = 0
-    dut.b.value = 0
-    await ClockCycles(dut.clk, 2)
-    dut.rst.value = 0
-    for a, b in ((0, 0), (1, 1), (1, 0), (0, 1)):
-        dut.a.value = a
-        dut.b.value = b
-        await RisingEdge(dut.clk)
-    await RisingEdge(dut.clk)
-"""
-IDLE = """import cocotb
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles
-
-@cocotb.test()
-async def idle(dut):
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    dut.rst.value = 1
-    dut.a.value = 0
-    dut.b.value = 0
-    await ClockCycles(dut.clk, 2)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 4)
-"""
-
-
-def row(cvdp_id, categories):
-    """A non-agentic CVDP row in the published shape (the design in the input context,
-    a SystemVerilog testbench as the reference answer, an Xcelium harness)."""
-    return {
-        "id": cvdp_id,
-        "categories": categories,
-        "input": {
-            "prompt": "Create a testbench that reaches full coverage of `tiny_and` in rtl/tiny_and.sv.",
-            "context": {"rtl/tiny_and.sv": RTL},
-        },
-        "output": {"response": "", "context": {"verif/tb_tiny_and.sv": "module tb; endmodule\n"}},
-        "harness": {
-            "files": {
-                "src/.env": (
-                    "SIM             = xcelium\nTOPLEVEL_LANG   = verilog\n"
-                    "VERILOG_SOURCES = /code/rtl/tiny_and.sv\nTOPLEVEL        = tiny_and\n"
-                    "MODULE          = test_tiny_and\n"
-                ),
-                "docker-compose.yml": "services:\n  xrun:\n    image: __VERIF_EDA_IMAGE__\n",
-                "src/test_runner.py": "# runs xrun with coverage and checks the report\n",
-            }
-        },
-    }
 
 
 def write_jsonl(path, rows):
@@ -83,45 +41,127 @@ def write_jsonl(path, rows):
     return path
 
 
-GOOD = row("cvdp_copilot_tiny_and_0001", ["cid012", "easy"])
-OTHER = row("cvdp_copilot_fix_bug_0002", ["cid016", "hard"])
+@pytest.fixture(scope="module")
+def gf_task(tmp_path_factory):
+    return convert_cvdp_jsonl(REAL, tmp_path_factory.mktemp("cvdp"))[0]
 
 
-def malformed():
-    bad = copy.deepcopy(GOOD)
-    bad["id"] = "cvdp_copilot_bad_0003"
-    bad["harness"]["files"]["src/.env"] = "TOPLEVEL = tiny_and\n"
-    return bad
+def test_the_real_row_converts_in_cvdp_terms(tmp_path, gf_task):
+    task = gf_task
+    assert task.id == "cvdp_copilot_gf_multiplier_0039"
+    assert (task.toplevel, task.difficulty, task.split) == ("gf_multiplier", "easy", "test")
+    assert task.answer_language == "systemverilog"
+    assert (task.testbench_file, task.instance) == ("verif/gf_multiplier_tb.sv", "uut")
+    assert task.coverage_target == {"average": 0.9}  # TARGET = 90
+    assert task.rtl_text() == {"gf_multiplier.sv": ROW["harness"]["files"]["src/gf_multiplier.sv"]}
+    assert task.reference_stimulus.read_text() == ROW["output"]["context"]["verif/gf_multiplier_tb.sv"]
+    assert [t.id for t in load_tasks(task.root.parent)] == [task.id]
+    # black-box, like CVDP: the test plan, no RTL; the answer file and instance named;
+    # no clock demanded from a design without one
+    system, user = build_prompt(task)
+    assert ROW["input"]["prompt"].strip() in user["content"]
+    assert "irreducible_poly" not in user["content"] and "always @" not in user["content"]
+    assert "verif/gf_multiplier_tb.sv" in user["content"] and "`uut`" in user["content"]
+    assert "```systemverilog" in user["content"] and "clk" not in user["content"]
+    assert "SystemVerilog" in system["content"]
+    assert extract_answer("Here:\n```verilog\nmodule t; endmodule\n```", "systemverilog") == "module t; endmodule\n"
+
+    # the same row without its solution (the plain file), white-box on request
+    plain = copy.deepcopy(ROW)
+    plain["output"]["context"]["verif/gf_multiplier_tb.sv"] = ""
+    white = convert_cvdp_jsonl(write_jsonl(tmp_path / "plain.jsonl", [plain]), tmp_path / "w", white_box=True)[0]
+    assert white.reference_stimulus is None
+    assert "irreducible_poly" in build_prompt(white)[1]["content"]
 
 
-def test_cid012_row_becomes_a_task_and_other_categories_are_skipped(tmp_path):
-    source = write_jsonl(tmp_path / "cvdp.jsonl", [GOOD, "", OTHER])
-    tasks = convert_cvdp_jsonl(source, tmp_path / "tasks", {"line": 1.0})
-    assert [t.id for t in tasks] == ["cvdp_copilot_tiny_and_0001"]
-    task = tasks[0]
-    assert (task.toplevel, task.difficulty, task.split) == ("tiny_and", "easy", "test")
-    assert task.coverage_target == {"line": 1.0}
-    assert task.spec.startswith("Create a testbench")
-    assert [p.name for p in task.rtl_files] == ["tiny_and.sv"] and task.rtl_text()["tiny_and.sv"] == RTL
-    # the output folder is a task root like tasks/ecov
-    assert [t.id for t in load_tasks(tmp_path / "tasks")] == [task.id]
-    # and the harness builds and grades it
-    reference = score(task, STIMULUS)
-    assert reference.status == "ok", reference.detail
-    idle = score(task, IDLE)
-    assert idle.status == "below_target", idle.detail
+def test_prompts_demand_a_clock_only_when_the_design_has_one(gf_task):
+    assert clock_inputs(gf_task) == []
+    shipped = load_task(Path(__file__).parent / "fixtures" / "tasks" / "fx_counter")
+    assert clock_inputs(shipped) == ["clk"]
+    assert "Clock(dut.clk" in answer_format(shipped)
+    # the cocotb format for a combinational design: time passes by Timer, no clock
+    text = answer_format(dataclasses.replace(gf_task, answer_language="cocotb"))
+    assert "```python" in text and "clk" not in text and "Timer" in text
 
 
-def test_a_malformed_row_in_the_file_names_row_id_and_field(tmp_path):
-    source = write_jsonl(tmp_path / "mixed.jsonl", [GOOD, OTHER, malformed()])
-    with pytest.raises(CvdpFormatError, match=r"'cvdp_copilot_bad_0003'.*lacks VERILOG_SOURCES"):
-        convert_cvdp_jsonl(source, tmp_path / "tasks")
+def test_its_own_solution_passes_and_two_vectors_do_not(gf_task):
+    solution = score(gf_task, gf_task.reference_stimulus.read_text())
+    assert solution.status == "ok", solution.detail
+    assert solution.passed and solution.coverage["average"] >= 0.9
+    two = score(gf_task, TWO_VECTORS)
+    assert two.status == "below_target" and not two.passed, two.detail
+    assert two.coverage["line"] == 1.0  # what the old fixed line/branch target accepted
+    assert two.coverage["average"] < 0.9 and two.score < solution.score
+
+
+def test_the_average_is_configurable(tmp_path):
+    # toggle coverage alone: the solution never toggles the constant polynomial bits
+    task = convert_cvdp_jsonl(REAL, tmp_path / "t", average_of={"toggle": ["toggle"]})[0]
+    result = score(task, task.reference_stimulus.read_text())
+    assert result.status == "below_target", result.detail
+    assert result.coverage["average"] == pytest.approx(result.coverage["toggle"])
+
+
+def _in_initial(code):
+    return TWO_VECTORS.replace("initial begin", f"integer f;\n  initial begin\n    {code}", 1)
+
+
+HOSTILE = {
+    "system": lambda marker: _in_initial(f'$system("touch {marker}");'),
+    "fopen": lambda marker: _in_initial(f'f = $fopen("{marker}", "w"); $fwrite(f, "x"); $fclose(f);'),
+    # a macro pastes the name together: the screen reads the preprocessed text
+    "macro": lambda marker: "`define PASTE(a, b) a``b\n" + _in_initial(f'f = `PASTE($fop, en)("{marker}", "w");'),
+    "dpi": lambda marker: TWO_VECTORS.replace(
+        "module gf_multiplier_tb;",
+        'module gf_multiplier_tb;\n  import "DPI-C" function int system(input string c);\n'
+        f'  initial void\'(system("touch {marker}"));',
+    ),
+    "force": lambda marker: _in_initial("force uut.temp_result = 4'hf;"),
+    "cpp": lambda marker: _in_initial(f'$c("system(\\"touch {marker}\\");");'),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(HOSTILE))
+def test_hostile_testbenches_get_a_failed_status(gf_task, tmp_path, attack):
+    marker = tmp_path / f"escaped_{attack}"
+    result = score(gf_task, HOSTILE[attack](marker))
+    assert result.status == "syntax_error" and "refused" in result.detail, result.detail
+    assert not marker.exists()
+
+
+def test_an_endless_testbench_times_out(gf_task):
+    text = TWO_VECTORS.replace("$finish;", "forever begin A = A + 1; #1; end")
+    result = score(gf_task, text, limits=SandboxLimits(timeout_s=5))
+    assert result.status == "timeout" and not result.passed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the read-only filesystem and uid drop need root")
+def test_the_sandbox_holds_when_the_screen_is_bypassed(gf_task, tmp_path, monkeypatch):
+    # defence in depth: even unscreened, $system and $fopen outside the folder fail
+    monkeypatch.setattr(svtb, "screen_testbench", lambda text, instance: None)
+    tmp_path.chmod(0o777)
+    marker = tmp_path / "escaped"
+    text = TWO_VECTORS.replace(
+        "initial begin",
+        f'integer f;\n  initial begin\n    void\'($system("touch {marker}_system"));\n'
+        f'    f = $fopen("{marker}_fopen", "w"); $fwrite(f, "x");',
+        1,
+    )
+    result = score(gf_task, text)
+    assert result.status == "below_target", result.detail  # it ran, and could not escape
+    assert not Path(f"{marker}_system").exists() and not Path(f"{marker}_fopen").exists()
+
+
+def test_no_uut_instance_or_no_module_fails(gf_task):
+    renamed = score(gf_task, TWO_VECTORS.replace(" uut ", " dut "))
+    assert renamed.status == "no_coverage" and "uut" in renamed.detail
+    assert score(gf_task, "this is not SystemVerilog").status == "syntax_error"
 
 
 def _edit(path, value):
-    def apply(r):
+    def apply(row):
         *parents, last = path.split(":")
-        node = r
+        node = row
         for key in parents:
             node = node[key]
         if value is KeyError:
@@ -135,66 +175,78 @@ def _edit(path, value):
     ("edit", "message"),
     [
         (_edit("input", KeyError), r"missing field 'input.prompt'"),
-        (_edit("input:prompt", 7), r"field 'input.prompt' must be a str"),
         (_edit("input:prompt", "  "), r"'input.prompt' is empty"),
+        (_edit("input:context", ["rtl/x.sv"]), r"'input.context' must be an object"),
+        (_edit("output:context", {}), r"exactly one testbench file"),
+        (_edit("output:context", {"verif/tb.py": ""}), r"not a SystemVerilog file path"),
         (_edit("harness", KeyError), r"missing field 'harness.files'"),
-        (_edit("harness:files", {"docker-compose.yml": ""}), r"'harness.files' has no .env file"),
-        (_edit("harness:files:src/.env", "VERILOG_SOURCES=/code/rtl/tiny_and.sv\n"), r"lacks TOPLEVEL"),
-        (_edit("harness:files:src/.env", "TOPLEVEL=tiny and\nVERILOG_SOURCES=/code/rtl/tiny_and.sv\n"),
-         r"TOPLEVEL 'tiny and' is not a module name"),
-        (_edit("harness:files:src/.env", "TOPLEVEL=tiny_and\nVERILOG_SOURCES=/code/rtl/other.sv\n"),
-         r"VERILOG_SOURCES file '/code/rtl/other.sv' is not in the row's files"),
-        (_edit("input:context", ["rtl/tiny_and.sv"]), r"'input.context' must be an object"),
+        (_edit("harness:files:src/.env", "HASH = 1\n"), r"lacks TARGET"),
+        (_edit("harness:files:src/.env", "TARGET = 190\n"), r"TARGET 190.0 is not a percentage"),
+        (_edit("harness:files:src/gf_multiplier.sv", KeyError), r"simulates '/src/gf_multiplier.sv', which is not"),
     ],
 )
 def test_malformed_cid012_rows_are_rejected(tmp_path, edit, message):
-    bad = copy.deepcopy(GOOD)
+    bad = copy.deepcopy(ROW)
     edit(bad)
     source = write_jsonl(tmp_path / "bad.jsonl", [bad])
-    with pytest.raises(CvdpFormatError, match=r"cvdp_copilot_tiny_and_0001.*" + message):
+    with pytest.raises(CvdpFormatError, match=r"cvdp_copilot_gf_multiplier_0039.*" + message):
         convert_cvdp_jsonl(source, tmp_path / "tasks")
 
 
-def test_rows_without_id_or_json_are_named_by_line(tmp_path):
-    no_id = copy.deepcopy(GOOD)
-    del no_id["id"]
-    with pytest.raises(CvdpFormatError, match=r"no_id.jsonl:2: missing field 'id'"):
-        convert_cvdp_jsonl(write_jsonl(tmp_path / "no_id.jsonl", [OTHER, no_id]), tmp_path / "t")
+def test_other_categories_agentic_rows_and_arguments(tmp_path):
+    agentic = json.loads(AGENTIC.read_text().splitlines()[0])
+    agentic_cid012 = {**agentic, "id": "cvdp_agentic_x_0001", "categories": ["cid012", "easy"]}
+    other = {**copy.deepcopy(ROW), "id": "cvdp_copilot_other_0001", "categories": ["cid003", "easy"]}
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", [agentic_cid012, "", other, ROW])
+    assert [t.id for t in convert_cvdp_jsonl(mixed, tmp_path / "t")] == [ROW["id"]]
+    with pytest.raises(CvdpFormatError, match="agentic"):
+        convert_cvdp_jsonl(write_jsonl(tmp_path / "a.jsonl", [agentic_cid012]), tmp_path / "a")
+    with pytest.raises(CvdpFormatError, match="repeats row"):
+        convert_cvdp_jsonl(write_jsonl(tmp_path / "dup.jsonl", [ROW, ROW]), tmp_path / "dup")
     with pytest.raises(CvdpFormatError, match=r"broken.jsonl:1: not valid JSON"):
-        convert_cvdp_jsonl(write_jsonl(tmp_path / "broken.jsonl", ['{"id": ']), tmp_path / "t")
-    with pytest.raises(CvdpFormatError, match=r"'categories' must be a list"):
-        convert_cvdp_jsonl(write_jsonl(tmp_path / "cat.jsonl", [{**GOOD, "categories": "cid012"}]), tmp_path / "t")
-
-
-def test_rtl_only_in_harness_files_repeated_ids_and_reruns(tmp_path):
-    # the design may live in the harness files instead of the prompt's context
-    hidden = copy.deepcopy(GOOD)
-    hidden["input"]["context"] = {}
-    hidden["harness"]["files"]["rtl/tiny_and.sv"] = RTL
-    hidden["categories"] = ["cid012"]
-    tasks = convert_cvdp_jsonl(write_jsonl(tmp_path / "h.jsonl", [hidden]), tmp_path / "tasks")
-    assert tasks[0].difficulty == "medium"  # no difficulty category: the documented default
-    assert tasks[0].coverage_target == {"line": 0.9, "branch": 0.9}
-
-    with pytest.raises(CvdpFormatError, match=r"repeats row"):
-        convert_cvdp_jsonl(write_jsonl(tmp_path / "dup.jsonl", [GOOD, GOOD]), tmp_path / "dup")
-
+        convert_cvdp_jsonl(write_jsonl(tmp_path / "broken.jsonl", ['{"id": ']), tmp_path / "b")
+    with pytest.raises(TaskFormatError, match="fraction"):
+        convert_cvdp_jsonl(REAL, tmp_path / "t", target=1.5)
+    with pytest.raises(TaskFormatError, match="coverage_average.block"):
+        convert_cvdp_jsonl(REAL, tmp_path / "t", average_of={"block": ["lines"]})
+    overridden = convert_cvdp_jsonl(REAL, tmp_path / "o", target=0.5)[0]
+    assert overridden.coverage_target == {"average": 0.5}
     # a rerun with other rows leaves exactly the new rows in the folder
-    other = copy.deepcopy(GOOD)
-    other["id"] = "cvdp_copilot_tiny_and_0009"
-    convert_cvdp_jsonl(write_jsonl(tmp_path / "r.jsonl", [other]), tmp_path / "tasks")
-    assert [t.id for t in load_tasks(tmp_path / "tasks")] == ["cvdp_copilot_tiny_and_0009"]
+    renamed = {**copy.deepcopy(ROW), "id": "cvdp_copilot_gf_multiplier_0040"}
+    convert_cvdp_jsonl(write_jsonl(tmp_path / "r.jsonl", [renamed]), tmp_path / "t")
+    assert [t.id for t in load_tasks(tmp_path / "t")] == ["cvdp_copilot_gf_multiplier_0040"]
 
 
-def test_bad_arguments(tmp_path):
-    source = write_jsonl(tmp_path / "cvdp.jsonl", [GOOD])
-    with pytest.raises(TaskFormatError, match="unknown metric 'fsm'"):
-        convert_cvdp_jsonl(source, tmp_path / "t", {"fsm": 0.5})
-    with pytest.raises(TaskFormatError, match=r"default_target.line"):
-        convert_cvdp_jsonl(source, tmp_path / "t", {"line": 1.5})
-    with pytest.raises(TaskFormatError, match="split"):
-        convert_cvdp_jsonl(source, tmp_path / "t", split="holdout")
-    with pytest.raises(CvdpFormatError, match="no cid012 rows"):
-        convert_cvdp_jsonl(write_jsonl(tmp_path / "o.jsonl", [OTHER]), tmp_path / "t")
-    with pytest.raises(CvdpFormatError, match="does not exist"):
-        convert_cvdp_jsonl(tmp_path / "missing.jsonl", tmp_path / "t")
+def test_task_yaml_answer_language_is_checked(tmp_path, gf_task):
+    import shutil
+
+    import yaml
+
+    folder = tmp_path / gf_task.id
+    shutil.copytree(gf_task.root, folder)
+    meta = yaml.safe_load((folder / "task.yaml").read_text())
+    for field, value, message in (
+        ("answer_language", "vhdl", "answer_language"),
+        ("testbench", None, "testbench"),
+        ("testbench", {"file": "../escape.sv"}, "testbench.file"),
+    ):
+        broken = {**meta, field: value}
+        (folder / "task.yaml").write_text(yaml.safe_dump(broken))
+        with pytest.raises(TaskFormatError, match=message):
+            load_task(folder)
+
+
+@pytest.mark.skipif(not os.environ.get("CHORUS_CVDP_JSONL"), reason="set CHORUS_CVDP_JSONL to a CVDP file")
+def test_a_real_cvdp_file_converts_and_its_solutions_pass(tmp_path):
+    """CHORUS_CVDP_JSONL: a non-agentic CVDP file with cid012 rows; with a *with_solutions*
+    file every row's own testbench must reach the row's TARGET."""
+    tasks = convert_cvdp_jsonl(os.environ["CHORUS_CVDP_JSONL"], tmp_path / "cvdp")
+    assert tasks
+    solved = [t for t in tasks if t.reference_stimulus is not None]
+    failures = {}
+    for task in solved:
+        result = score(task, task.reference_stimulus.read_text())
+        if not result.passed:
+            failures[task.id] = (result.status, result.coverage, result.detail[-300:])
+    print(f"{len(tasks)} cid012 rows, {len(solved)} with solutions, {len(solved) - len(failures)} pass")
+    assert not failures

@@ -16,9 +16,16 @@ import re
 from chorus.tasks import Task
 
 SYSTEM_PROMPT = (
-    "You are a hardware verification engineer. You write testbench stimulus for "
-    "Verilog/SystemVerilog designs that reaches the requested coverage in simulation."
+    "You are a hardware verification engineer. You write cocotb 2.x testbench stimulus "
+    "for Verilog/SystemVerilog designs that reaches the requested coverage in Verilator."
 )
+SYSTEM_PROMPTS = {
+    "cocotb": SYSTEM_PROMPT,
+    "systemverilog": (
+        "You are a hardware verification engineer. You write SystemVerilog testbenches "
+        "whose stimulus reaches the requested coverage of the design under test."
+    ),
+}
 # names a design's clock input is recognised by (clk, clock, clk_i, i_clk, sys_clk, aclk, ...)
 _CLOCK_NAME = re.compile(r"^(?:[a-z0-9]*_)?(?:clk|clock|aclk)(?:_[a-z0-9]*)?$|^[a-z]?clk$", re.I)
 _INPUT_DECL = re.compile(r"\binput\b([^;()]*?)(?=\binput\b|\boutput\b|\binout\b|[;)])", re.S)
@@ -101,7 +108,7 @@ def user_prompt(task: Task) -> str:
 def build_prompt(task: Task) -> list[dict]:
     """Conversational prompt (TRL's format): system + user messages."""
     return [
-        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "system", "content": SYSTEM_PROMPTS[task.answer_language]},
         {"role": "user", "content": user_prompt(task)},
     ]
 
