@@ -25,7 +25,9 @@ def _add_limit_args(parser: argparse.ArgumentParser) -> None:
 
 def score_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="chorus-score", description="Simulate one cocotb stimulus for one task; print the result as JSON."
+        prog="chorus-score",
+        description="Simulate one stimulus (a cocotb module, or a SystemVerilog testbench for "
+        "answer_language systemverilog tasks) for one task; print the result as JSON.",
     )
     parser.add_argument("task_dir", type=Path, help="a task folder (docs/task_format.md)")
     parser.add_argument("stimulus", type=Path, help="the stimulus (or a model completion holding it)")
@@ -34,8 +36,9 @@ def score_main(argv: list[str] | None = None) -> int:
     from chorus.harness.score import _stimulus_extractor
 
     extract = _stimulus_extractor()
+    task = load_task(args.task_dir)
     result = score(
-        load_task(args.task_dir), extract(args.stimulus.read_text()), limits=_limits(args), cache_dir=args.cache_dir
+        task, extract(args.stimulus.read_text(), task.answer_language), limits=_limits(args), cache_dir=args.cache_dir
     )
     print(json.dumps(result.to_dict(), indent=2))
     return 0 if result.passed else 1
