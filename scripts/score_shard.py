@@ -17,7 +17,9 @@ with script_logging(snakemake):
         tasks_by_id(load_manifest(snakemake.input.manifest)),
         snakemake.output.scores,
         workers=snakemake.threads,
-        limits=SandboxLimits(timeout_s=sim["timeout_s"], mem_mb=sim["mem_mb"]),
+        limits=SandboxLimits(
+            timeout_s=sim["timeout_s"], mem_mb=sim["mem_mb"], build_timeout_s=sim.get("build_timeout_s", 300)
+        ),
     )
     passed = sum(r["passed"] for r in results)
     print(f"shard {shard}/{num_shards}: {len(results)} samples scored, {passed} passing")

@@ -84,6 +84,21 @@ def test_prompts_demand_a_clock_only_when_the_design_has_one(gf_task):
     assert "```python" in text and "clk" not in text and "Timer" in text
 
 
+@pytest.mark.parametrize(
+    ("ports", "clocks"),
+    [
+        ("input logic clk_en, input logic [3:0] a, output logic y", []),  # an enable is no clock
+        ("input wire i_clk, input rst_n, // clk in comments\n output y", ["i_clk"]),
+        ("input [0:0] sys_clk, clk_div, output reg y", ["sys_clk"]),
+        ("clk, y); input clk; output y", ["clk"]),  # non-ANSI
+    ],
+)
+def test_clock_inputs_are_found_by_name(tmp_path, gf_task, ports, clocks):
+    rtl = tmp_path / "m.sv"
+    rtl.write_text(f"module m ({ports});\nendmodule\n")
+    assert clock_inputs(dataclasses.replace(gf_task, rtl_files=(rtl,))) == clocks
+
+
 def test_its_own_solution_passes_and_two_vectors_do_not(gf_task):
     solution = score(gf_task, gf_task.reference_stimulus.read_text())
     assert solution.status == "ok", solution.detail
@@ -152,9 +167,13 @@ def test_the_sandbox_holds_when_the_screen_is_bypassed(gf_task, tmp_path, monkey
     assert not Path(f"{marker}_system").exists() and not Path(f"{marker}_fopen").exists()
 
 
-def test_no_uut_instance_or_no_module_fails(gf_task):
+def test_no_uut_instance_a_replaced_design_or_no_module_fails(gf_task):
     renamed = score(gf_task, TWO_VECTORS.replace(" uut ", " dut "))
     assert renamed.status == "no_coverage" and "uut" in renamed.detail
+    # a testbench that brings its own gf_multiplier (all points "covered") does not build
+    fake = "module gf_multiplier(input [3:0] A, B, output [3:0] result);\n  assign result = A;\nendmodule\n"
+    replaced = score(gf_task, fake + TWO_VECTORS)
+    assert replaced.status == "syntax_error" and "MODDUP" in replaced.detail, replaced.detail
     assert score(gf_task, "this is not SystemVerilog").status == "syntax_error"
 
 

@@ -210,7 +210,9 @@ def convert_row(
     if checks:
         instance, column = checks[0]
         if column != "Average":
-            raise _row_error(where, f"src/process.py grades metrics[{instance!r}][{column!r}]; only 'Average' is supported")
+            raise _row_error(
+                where, f"src/process.py grades metrics[{instance!r}][{column!r}]; only 'Average' is supported"
+            )
     elif env.get("INST"):
         instance = env["INST"]
     elif found := _PROMPT_INSTANCE.findall(prompt):
@@ -278,7 +280,9 @@ def convert_row(
 
 def cvdp_spec(prompt: str, context: dict[str, str]) -> str:
     """The row's prompt as CVDP gives it to a model: each context file, then the request."""
-    parts = [f"Consider the following content for the file {path}:\n```\n{code}\n```\n" for path, code in context.items()]
+    parts = [
+        f"Consider the following content for the file {path}:\n```\n{code}\n```\n" for path, code in context.items()
+    ]
     text = "\n".join(parts) + prompt
     return text if text.endswith("\n") else text + "\n"
 

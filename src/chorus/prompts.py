@@ -26,8 +26,9 @@ SYSTEM_PROMPTS = {
         "whose stimulus reaches the requested coverage of the design under test."
     ),
 }
-# names a design's clock input is recognised by (clk, clock, clk_i, i_clk, sys_clk, aclk, ...)
-_CLOCK_NAME = re.compile(r"^(?:[a-z0-9]*_)?(?:clk|clock|aclk)(?:_[a-z0-9]*)?$|^[a-z]?clk$", re.I)
+# names a design's clock input is recognised by (clk, clock, clk_i, i_clk, sys_clk, wb_clk_i,
+# aclk, clk0, ...), not clock enables or dividers (clk_en, clk_div)
+_CLOCK_NAME = re.compile(r"^(?:[a-z0-9]+_)*(?:clk|clock)(?:_?(?:i|in|p|\d+))?$|^[a-z]clk$", re.I)
 _INPUT_DECL = re.compile(r"\binput\b([^;()]*?)(?=\binput\b|\boutput\b|\binout\b|[;)])", re.S)
 _DECL_WORDS = {"wire", "logic", "reg", "bit", "signed", "unsigned", "var", "tri", "integer", "int"}
 # Fallback for tokenizers without a chat template: each message as

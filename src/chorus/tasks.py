@@ -131,7 +131,8 @@ def validate_metadata(meta: object, where: str) -> dict:
         file = testbench["file"]
         if not isinstance(file, str) or not SV_FILE_RE.match(file) or ".." in file.split("/"):
             raise _fail(where, f"testbench.file must be a relative .sv/.v path, got {file!r}")
-        if not isinstance(testbench.get("instance", "uut"), str) or not IDENT_RE.match(testbench.get("instance", "uut")):
+        instance = testbench.get("instance", "uut")
+        if not isinstance(instance, str) or not IDENT_RE.match(instance):
             raise _fail(where, "testbench.instance must be an instance name")
     elif testbench is not None:
         raise _fail(where, "field 'testbench' is only for answer_language systemverilog")

@@ -61,6 +61,7 @@ class SandboxLimits:
     isolate_network: bool = True
     drop_privileges: bool = True
     guard: bool = True  # audit-hook guard inside the simulator's Python (guard/)
+    build_timeout_s: float = 300.0  # a SystemVerilog testbench's compile (harness/svtb.py)
 
 
 @dataclass

@@ -23,7 +23,6 @@ missed, and points of the candidate's own code are not counted.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -37,8 +36,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from chorus.harness.build import _atomic_write, _locked, _make_world_readable, default_cache_dir
-from chorus.harness.coverage import _LINE, coverage_universe, parse_fields, point_id, point_metric
-from chorus.harness.sandbox import SandboxLimits, run_confined, confined_workdir
+from chorus.harness.coverage import _LINE, parse_fields, point_id, point_metric
+from chorus.harness.sandbox import SandboxLimits, confined_workdir, run_confined
 from chorus.harness.toolchain import setup_verilator_env, verilator_root, verilator_version
 from chorus.tasks import Task
 
@@ -327,9 +326,9 @@ def instance_coverage(
 
 # -- scoring -----------------------------------------------------------------------------
 def build_limits(limits: SandboxLimits) -> SandboxLimits:
-    """Limits of a candidate's compile: the run's, with room for the C++ compiler
-    (CHORUS_SV_BUILD_TIMEOUT_S, default 300 s; 4 GiB address space)."""
-    timeout = float(os.environ.get("CHORUS_SV_BUILD_TIMEOUT_S", 300))
+    """Limits of a candidate's compile: the run's, with `build_timeout_s` and room for the
+    C++ compiler (at least 4 GiB of address space, 256 MiB files)."""
+    timeout = limits.build_timeout_s
     return replace(limits, timeout_s=timeout, cpu_s=int(timeout) + 5, mem_mb=max(limits.mem_mb, 4096),
                    fsize_mb=max(limits.fsize_mb, 256), guard=False)
 
