@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from chorus.cvdp import CvdpFormatError, convert_cvdp_jsonl
-from chorus.harness import SandboxLimits, score
+from chorus.harness import SandboxLimits, score, score_generations
 from chorus.harness import svtb
-from chorus.prompts import answer_format, build_prompt, clock_inputs, extract_answer
+from chorus.prompts import answer_format, build_prompt, clock_inputs, extract_answer, format_completion
 from chorus.tasks import TaskFormatError, load_task, load_tasks
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cvdp"
@@ -99,14 +99,19 @@ def test_clock_inputs_are_found_by_name(tmp_path, gf_task, ports, clocks):
     assert clock_inputs(dataclasses.replace(gf_task, rtl_files=(rtl,))) == clocks
 
 
-def test_its_own_solution_passes_and_two_vectors_do_not(gf_task):
-    solution = score(gf_task, gf_task.reference_stimulus.read_text())
-    assert solution.status == "ok", solution.detail
-    assert solution.passed and solution.coverage["average"] >= 0.9
-    two = score(gf_task, TWO_VECTORS)
-    assert two.status == "below_target" and not two.passed, two.detail
-    assert two.coverage["line"] == 1.0  # what the old fixed line/branch target accepted
-    assert two.coverage["average"] < 0.9 and two.score < solution.score
+def test_its_own_solution_passes_and_two_vectors_do_not(gf_task, tmp_path):
+    # as model completions through chorus-eval's path: the answer is the fenced block
+    rows = [
+        {"task_id": gf_task.id, "sample_id": 0,
+         "completion": format_completion(gf_task.reference_stimulus.read_text(), "systemverilog")},
+        {"task_id": gf_task.id, "sample_id": 1, "completion": f"Here it is:\n```verilog\n{TWO_VECTORS}```\n"},
+    ]
+    solution, two = score_generations(rows, {gf_task.id: gf_task}, tmp_path / "scores.jsonl", workers=2)
+    assert solution["status"] == "ok" and solution["passed"], solution["detail"]
+    assert solution["cov_average"] >= 0.9
+    assert two["status"] == "below_target" and not two["passed"], two["detail"]
+    assert two["cov_line"] == 1.0 and two["cov_branch"] == 1.0  # what the old fixed target accepted
+    assert two["cov_average"] < 0.9 and two["score"] < solution["score"]
 
 
 def test_the_average_is_configurable(tmp_path):
