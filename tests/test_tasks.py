@@ -88,7 +88,7 @@ def test_reference_passes_and_trivial_fails(task, verdicts):
     [
         (lambda m: m.pop("toplevel"), r"missing field\(s\): toplevel"),
         (lambda m: m.update(owner="me"), r"unknown field\(s\): owner"),
-        (lambda m: m["coverage_target"].update(fsm=0.5), "unknown metric 'fsm'"),
+        (lambda m: m["coverage_target"].update(assertion=0.5), "unknown metric 'assertion'"),
         (lambda m: m["coverage_target"].update(line=1.5), "coverage_target.line"),
         (lambda m: m.update(id="other_name"), "differs from the folder name"),
         (lambda m: m.update(split="holdout"), "split"),
