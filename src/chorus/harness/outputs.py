@@ -41,6 +41,7 @@ CONFINEMENT_NAME = "confinement.json"
 # written by the simulator (as the sandbox uid): others may write, not read or chmod
 SIMULATOR_WRITES = (LOG_NAME, RESULTS_NAME, COVERAGE_NAME)
 CONFINEMENT_MAX_BYTES = 64 * 1024
+RESULTS_MAX_BYTES = 4 * 1024 * 1024  # cocotb's xUnit report: a few KB per test
 
 
 class OversizedOutput(ValueError):

@@ -47,6 +47,7 @@ from chorus.harness.outputs import (
     JOB_NAME,
     LOG_NAME,
     RESULTS_NAME,
+    RESULTS_MAX_BYTES,
     OversizedOutput,
     RunOutputs,
 )
@@ -370,7 +371,7 @@ def _run_in(
     log_tail = outputs.tail(LOG_NAME, LOG_TAIL_BYTES).decode(errors="replace")
     output_limited = outputs.size(LOG_NAME) >= output_limit - 4096
     try:
-        tests, failures, messages = _parse_results(outputs.read(RESULTS_NAME, output_limit))
+        tests, failures, messages = _parse_results(outputs.read(RESULTS_NAME, RESULTS_MAX_BYTES))
     except OversizedOutput:
         tests, failures, messages = None, 0, []
     try:
