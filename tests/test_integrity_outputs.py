@@ -175,8 +175,30 @@ def test_forged_results_do_not_pass_a_failing_test(task, guard):
     raise AssertionError('the stimulus own check failed')
 """
     result = attack(task, body, guard=guard)
-    assert result.status == "runtime_error" and "own check failed" in result.detail
+    assert result.status == "runtime_error"
+    if AS_ROOT:  # cocotb's own report, not refused: without the uid drop the chmod works,
+        assert "own check failed" in result.detail  # the scorer refuses the changed file
     assert_nothing_gained(result)
+
+
+@GUARD
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit (docs/harness.md): the test outcome is reported by cocotb inside the "
+    "candidate's process, so code there can rewrite it (here at interpreter exit, after cocotb's "
+    "write); it never raises the score, and `passed` still needs the coverage target",
+)
+def test_results_rewritten_at_exit_are_the_candidates_claim(task, guard):
+    body = """    import atexit
+    def rewrite():
+        with open(os.environ['COCOTB_RESULTS_FILE'], 'w') as handle:
+            handle.write(PASSING_RESULTS)
+    atexit.register(rewrite)
+    raise AssertionError('the stimulus own check failed')
+"""
+    result = attack(task, body, guard=guard)
+    assert result.score == 0.0  # the coverage, read after the interpreter ended, is the real one
+    assert result.status == "runtime_error"
 
 
 # -- the scorer opens no candidate-controlled path ---------------------------------------

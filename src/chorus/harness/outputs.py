@@ -97,10 +97,13 @@ class RunOutputs:
         self.home.mkdir(mode=0o700)
         self.out.mkdir(mode=0o711)
         self._fds: dict[str, int] = {}
+        self._modes: dict[str, int] = {}
         try:
             for name in SIMULATOR_WRITES:
-                self._fds[name] = _create_empty(self.out / name, 0o622 if uid is not None else 0o600)
-            self._fds[CONFINEMENT_NAME] = _create_empty(self.out / CONFINEMENT_NAME, 0o600)
+                self._modes[name] = 0o622 if uid is not None else 0o600
+            self._modes[CONFINEMENT_NAME] = 0o600
+            for name, mode in self._modes.items():
+                self._fds[name] = _create_empty(self.out / name, mode)
         except BaseException:
             self.close()
             raise
@@ -119,8 +122,18 @@ class RunOutputs:
     def size(self, name: str) -> int:
         return os.fstat(self._fds[name]).st_size
 
+    def tampered(self, name: str) -> bool:
+        """Whether the file was chmod-ed or linked elsewhere during the run: possible only
+        for a candidate running as the scorer's own user (no uid drop), which can make the
+        simulator's final write fail that way."""
+        info = os.fstat(self._fds[name])
+        return stat.S_IMODE(info.st_mode) != self._modes[name] or info.st_nlink != 1
+
     def read(self, name: str, max_bytes: int) -> bytes | None:
-        """The content written during the run; None when nothing was (still empty)."""
+        """The content written during the run; None when nothing was (still empty) or
+        the file was tampered with."""
+        if self.tampered(name):
+            return None
         data = read_bounded(self._fds[name], max_bytes)
         return data or None
 
