@@ -305,97 +305,90 @@ def run_candidate(
     slot_context = _sandbox_slot() if use_root else contextlib.nullcontext(None)
     with slot_context as slot, tempfile.TemporaryDirectory(
         prefix="chorus-cand-", dir=_workdir_parent(use_root)
-    ) as tmp:
-        uid = SANDBOX_UID_BASE + slot if slot is not None else None
-        with RunOutputs(Path(tmp), uid) as outputs:
-            return _run_in(outputs, uid, stimulus_text, build_dir, toplevel, limits, seed)
-
-
-def _run_in(
-    outputs: RunOutputs, uid: int | None, stimulus_text: str, build_dir: Path, toplevel: str,
-    limits: SandboxLimits, seed: int,
-) -> SandboxResult:
-    workdir = outputs.home
-    stimulus_path = workdir / f"{STIMULUS_MODULE}.py"
-    stimulus_path.write_text(stimulus_text)
-    if uid is not None:
-        os.chown(stimulus_path, uid, uid)
-    command, sim_env = simulator_command(workdir, build_dir, toplevel, seed, limits.guard, outputs.out)
-    job = {
-        "command": command,
-        "env": sim_env,
-        "cwd": str(workdir),
-        "confinement_file": str(outputs.path(CONFINEMENT_NAME)),
-        "uid": uid,
-        "parent_pid": os.getpid(),  # the child dies with it
-        "isolate_network": limits.isolate_network,
-        "limits": {
-            "mem_mb": limits.mem_mb,
-            "cpu_s": limits.cpu_s or int(limits.timeout_s) + 5,
-            "nproc": limits.nproc,
-            "fsize_mb": limits.fsize_mb,
-            "nofile": limits.nofile,
-        },
-    }
-    job_path = outputs.path(JOB_NAME)
-    job_fd = os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with open(job_fd, "w") as handle:
-        handle.write(json.dumps(job))
-    log_fd = outputs.log_fd()
-    start = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            # -I -S: ignore PYTHON* variables and site-packages; stdlib only. The cwd is
-            # the run's folder (the child's writable mount holds home/ and out/).
-            [sys.executable, "-I", "-S", str(CHILD_SCRIPT), str(job_path)],
-            cwd=outputs.root,
-            env=_child_env(workdir),
-            stdin=subprocess.DEVNULL,
-            stdout=log_fd,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+    ) as tmp, RunOutputs(Path(tmp), _slot_uid(slot)) as outputs:
+        workdir = outputs.home  # the candidate's folder; outputs.out holds what is scored
+        uid = _slot_uid(slot)
+        (workdir / f"{STIMULUS_MODULE}.py").write_text(stimulus_text)
+        command, sim_env = simulator_command(workdir, build_dir, toplevel, seed, limits.guard, outputs.out)
+        job = {
+            "command": command,
+            "env": sim_env,
+            "cwd": str(workdir),
+            "confinement_file": str(outputs.path(CONFINEMENT_NAME)),
+            "uid": uid,
+            "parent_pid": os.getpid(),  # the child dies with it
+            "isolate_network": limits.isolate_network,
+            "limits": {
+                "mem_mb": limits.mem_mb,
+                "cpu_s": limits.cpu_s or int(limits.timeout_s) + 5,
+                "nproc": limits.nproc,
+                "fsize_mb": limits.fsize_mb,
+                "nofile": limits.nofile,
+            },
+        }
+        job_path = outputs.path(JOB_NAME)  # root's, 0600: read by the child before the drop
+        with open(os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w") as handle:
+            handle.write(json.dumps(job))
+        if uid is not None:
+            for path in (workdir, *workdir.iterdir()):
+                os.chown(path, uid, uid)
+        start = time.monotonic()
+        with open(outputs.log_fd(), "wb") as log:
+            proc = subprocess.Popen(
+                # -I -S: ignore PYTHON* variables and site-packages; stdlib only. The cwd is
+                # the run's folder: the child's writable mount holds home/ and out/
+                [sys.executable, "-I", "-S", str(CHILD_SCRIPT), str(job_path)],
+                cwd=outputs.root,
+                env=_child_env(workdir),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            timed_out = False
+            try:
+                proc.wait(timeout=limits.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                _kill_everything(proc, uid)
+        wall = time.monotonic() - start
+        # every read goes through the descriptors RunOutputs kept on the files it created,
+        # and is bounded, whatever the candidate did to the paths (outputs.py)
+        output_limit = limits.fsize_mb * 1024 * 1024
+        log_tail = outputs.tail(LOG_NAME, LOG_TAIL_BYTES).decode(errors="replace")
+        output_limited = outputs.size(LOG_NAME) >= output_limit - 4096
+        tests, failures, messages = _parse_results(_read_output(outputs, RESULTS_NAME, RESULTS_MAX_BYTES))
+        dat = _read_output(outputs, COVERAGE_NAME, output_limit)
+        coverage = (
+            coverage_counts(dat.decode(errors="replace"), load_points_manifest(build_dir))
+            if dat is not None and dat.startswith(COVERAGE_HEADER) else None
         )
-    finally:
-        os.close(log_fd)
-    timed_out = False
+        try:
+            confinement = json.loads(_read_output(outputs, CONFINEMENT_NAME, CONFINEMENT_MAX_BYTES) or b"{}")
+        except ValueError:
+            confinement = {}
+        return SandboxResult(
+            returncode=proc.returncode,
+            timed_out=timed_out,
+            wall_s=wall,
+            log_tail=log_tail,
+            output_limited=output_limited,
+            tests=tests,
+            failures=failures,
+            failure_messages=messages,
+            coverage=coverage,
+            confinement=confinement if isinstance(confinement, dict) else {},
+        )
+
+
+def _slot_uid(slot: int | None) -> int | None:
+    return SANDBOX_UID_BASE + slot if slot is not None else None
+
+
+def _read_output(outputs: RunOutputs, name: str, max_bytes: int) -> bytes | None:
+    """An output file's content; None when it was not written (or is too large)."""
     try:
-        proc.wait(timeout=limits.timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        _kill_everything(proc, uid)
-    wall = time.monotonic() - start
-    # every read below goes through the descriptors RunOutputs opened on the files it
-    # created, and is bounded: whatever the candidate did to the paths
-    output_limit = limits.fsize_mb * 1024 * 1024
-    log_tail = outputs.tail(LOG_NAME, LOG_TAIL_BYTES).decode(errors="replace")
-    output_limited = outputs.size(LOG_NAME) >= output_limit - 4096
-    try:
-        tests, failures, messages = _parse_results(outputs.read(RESULTS_NAME, RESULTS_MAX_BYTES))
+        return outputs.read(name, max_bytes)
     except OversizedOutput:
-        tests, failures, messages = None, 0, []
-    try:
-        dat = outputs.read(COVERAGE_NAME, output_limit)
-    except OversizedOutput:
-        dat = None
-    coverage = None
-    if dat is not None and dat.startswith(COVERAGE_HEADER):
-        coverage = coverage_counts(dat.decode(errors="replace"), load_points_manifest(build_dir))
-    try:
-        confinement = json.loads(outputs.read(CONFINEMENT_NAME, CONFINEMENT_MAX_BYTES) or b"{}")
-    except (OversizedOutput, ValueError):
-        confinement = {}
-    if not isinstance(confinement, dict):
-        confinement = {}
-    return SandboxResult(
-        returncode=proc.returncode,
-        timed_out=timed_out,
-        wall_s=wall,
-        log_tail=log_tail,
-        output_limited=output_limited,
-        tests=tests,
-        failures=failures,
-        failure_messages=messages,
-        coverage=coverage,
-        confinement=confinement,
-    )
+        return None
