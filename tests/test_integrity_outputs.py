@@ -99,7 +99,8 @@ def test_coverage_forged_in_the_work_folder_is_ignored(task, guard):
 def test_output_files_cannot_be_replaced_or_write_protected(task, guard):
     """Every way to keep the simulator's final write out of the output file fails:
     pre-creating, symlinking, renaming, removing, chmod-ing it or the folder; bytes the
-    candidate writes into it (without the guard) are truncated by the simulator's write."""
+    candidate writes into it (without the guard) are truncated by the simulator's write.
+    The confinement report and the job are root's alone."""
     body = """    cov = coverage_path()
     out = os.path.dirname(cov)
     attempts = {
@@ -113,6 +114,8 @@ def test_output_files_cannot_be_replaced_or_write_protected(task, guard):
         'new file in out': lambda: open(out + '/new', 'w'),
         'rename out': lambda: os.rename(out, out + '.old'),
         'chmod results': lambda: os.chmod(os.environ['COCOTB_RESULTS_FILE'], 0o444),
+        'write confinement report': lambda: open(out + '/confinement.json', 'w'),
+        'read job': lambda: open(out + '/job.json').read(),
     }
     allowed = []
     for name, attempt in attempts.items():
