@@ -1,6 +1,6 @@
 """Sandbox child: confine this process, then run the prebuilt simulator (see sandbox.py).
 
-Started as `python -I -S _child.py job.json` in the candidate's temp dir: standard
+Started as `python -I -S _child.py out/job.json` in the run's folder: standard
 library only, so it starts in milliseconds. Confinement comes first, so no candidate
 code ever runs unconfined. The job names the simulator command and its environment
 (cocotb's variables: test module, toplevel, results file; computed by the parent once
@@ -163,17 +163,24 @@ def confine(job: dict) -> dict:
     return status
 
 
+def _open_report(path: str) -> int:
+    """The scorer's pre-created confinement.json, opened while still privileged: after
+    the drop, only this descriptor can write it (the file is root's, 0600)."""
+    return os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+
+
 def main() -> int:
     job = json.loads(Path(sys.argv[1]).read_text())
+    report = _open_report(job["confinement_file"])
     status = confine(job)
-    Path("confinement.json").write_text(json.dumps(status))
-    Path(sys.argv[1]).unlink()
+    with open(report, "w") as handle:
+        handle.write(json.dumps(status))
     import subprocess
 
     this_pid = os.getpid()
     try:
         code = subprocess.run(
-            job["command"], env=job["env"], stdin=subprocess.DEVNULL,
+            job["command"], env=job["env"], cwd=job["cwd"], stdin=subprocess.DEVNULL,
             preexec_fn=lambda: _die_with_parent(lambda: os.getppid() == this_pid),
         ).returncode
     except OSError as err:  # the simulator could not start: report it, don't hide it

@@ -34,8 +34,13 @@ def parse_fields(raw: str) -> dict[str, str]:
 
 def read_coverage_points(path: str | Path) -> dict[tuple, int]:
     """Point identity (sorted fields without the hierarchy) -> total count."""
+    return parse_coverage_points(Path(path).read_text(errors="replace"))
+
+
+def parse_coverage_points(text: str) -> dict[tuple, int]:
+    """read_coverage_points of a coverage.dat's content (already read, bounded)."""
     points: dict[tuple, int] = {}
-    for line in Path(path).read_text(errors="replace").splitlines():
+    for line in text.splitlines():
         match = _LINE.match(line)
         if not match:
             continue
@@ -66,7 +71,12 @@ def read_coverage_dat(
     count as not hit and points the design does not declare are ignored, so a forged or
     truncated coverage.dat cannot raise the fractions.
     """
-    points = read_coverage_points(path)
+    return coverage_counts(Path(path).read_text(errors="replace"), universe)
+
+
+def coverage_counts(text: str, universe: dict[str, list[str]] | None = None) -> dict[str, tuple[int, int]]:
+    """read_coverage_dat of a coverage.dat's content (already read, bounded)."""
+    points = parse_coverage_points(text)
     if universe is not None:
         counts = {point_id(key): count for key, count in points.items()}
         return {

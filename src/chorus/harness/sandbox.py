@@ -12,8 +12,10 @@ only) that, before any candidate code runs:
   process limit really applies (root ignores RLIMIT_NPROC).
 The child then starts the prebuilt simulator binary itself, with the environment
 variables by which cocotb's runner would start it (`simulator_command`): cocotb and its
-runner are imported once in the scorer, not once per candidate. The child runs in an
-empty temp dir (removed afterwards) with an environment stripped to an allow-list. The parent enforces a wall-clock timeout and, when it ends, kills every
+runner are imported once in the scorer, not once per candidate. The candidate runs in
+an empty folder of its own (removed afterwards) with an environment stripped to an
+allow-list; the simulator's outputs go to a folder beside it that the candidate cannot
+change (`harness/outputs.py`), and the scorer reads them through descriptors it holds. The parent enforces a wall-clock timeout and, when it ends, kills every
 process left in the session and every process of the sandbox uid.
 
 Without root, namespaces and the uid drop are skipped (rlimits, timeout, temp dir and
@@ -37,15 +39,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chorus.harness.build import load_points_manifest
-from chorus.harness.coverage import read_coverage_dat
+from chorus.harness.coverage import coverage_counts
+from chorus.harness.outputs import (
+    CONFINEMENT_MAX_BYTES,
+    CONFINEMENT_NAME,
+    COVERAGE_NAME,
+    JOB_NAME,
+    LOG_NAME,
+    RESULTS_NAME,
+    RESULTS_MAX_BYTES,
+    OversizedOutput,
+    RunOutputs,
+)
 from chorus.harness.toolchain import setup_verilator_env
 
 SANDBOX_UID_BASE = 61000
 SLOT_COUNT = 512
 SLOT_DIR = Path(tempfile.gettempdir()) / "chorus-sandbox-slots"
 STIMULUS_MODULE = "stimulus"
-LOG_NAME = "sim.log"
-RESULTS_NAME = "results.xml"
+LOG_TAIL_BYTES = 3000
+COVERAGE_HEADER = b"# SystemC::Coverage-3"  # the first line Verilator writes
 CHILD_SCRIPT = Path(__file__).resolve().parent / "_child.py"
 GUARD_DIR = Path(__file__).resolve().parent / "guard"
 
@@ -213,10 +226,15 @@ def _cocotb_embedding() -> dict[str, str]:
     }
 
 
-def simulator_command(workdir: Path, build_dir: Path, toplevel: str, seed: int, guard: bool):
+def simulator_command(
+    workdir: Path, build_dir: Path, toplevel: str, seed: int, guard: bool, out_dir: Path | None = None
+):
     """(argv, env) that run the cocotb test module `stimulus` in `workdir` against the
     Verilator build, as `cocotb_tools.runner.Verilator.test` would: the build's binary,
-    cocotb's documented environment variables, results in `workdir/results.xml`."""
+    cocotb's documented environment variables. The results file and the coverage
+    database go to absolute paths in `out_dir` (default `workdir`), so changing directory
+    does not move them."""
+    out_dir = Path(out_dir or workdir).absolute()
     embedding = _cocotb_embedding()
     env = _child_env(workdir)
     # The simulator's Python imports the stimulus from the workdir; the guard's
@@ -233,26 +251,34 @@ def simulator_command(workdir: Path, build_dir: Path, toplevel: str, seed: int, 
         "TOPLEVEL_LANG": "verilog",
         "COCOTB_TRUST_INERTIAL_WRITES": "1",  # the runner's default for Verilator
         "COCOTB_RANDOM_SEED": str(seed),
-        "COCOTB_RESULTS_FILE": str(workdir / RESULTS_NAME),
+        "COCOTB_RESULTS_FILE": str(out_dir / RESULTS_NAME),
         "COCOTB_RESULTS_ATTACHMENTS": "",
     })
     if guard:
         env["CHORUS_GUARD"] = "1"
-    return [str(Path(build_dir) / toplevel)], env
+    # cocotb's Verilator main writes coverage through Verilated's context, which takes
+    # its file name from this plusarg (default: coverage.dat in the cwd)
+    command = [str(Path(build_dir) / toplevel), f"+verilator+coverage+file+{out_dir / COVERAGE_NAME}"]
+    return command, env
 
 
-def _read_results(path: Path) -> tuple[int | None, int, list[str]]:
-    if not path.is_file():
+def _parse_results(data: bytes | None) -> tuple[int | None, int, list[str]]:
+    """(tests, failures, messages) of a cocotb results file; tests None when there is
+    none or it is not one. A DOCTYPE is refused (no entity expansion)."""
+    if not data or b"<!DOCTYPE" in data or b"<!ENTITY" in data:
         return None, 0, []
     try:
-        root = ElementTree.parse(path).getroot()
+        root = ElementTree.fromstring(data)
     except ElementTree.ParseError:
         return None, 0, []
     tests = failures = 0
     messages = []
-    for suite in root.iter("testsuite"):
-        tests += int(suite.get("tests", 0))
-        failures += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+    try:
+        for suite in root.iter("testsuite"):
+            tests += int(suite.get("tests", 0))
+            failures += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+    except ValueError:
+        return None, 0, []
     for case in root.iter("testcase"):
         for problem in list(case.findall("failure")) + list(case.findall("error")):
             messages.append(
@@ -280,14 +306,16 @@ def run_candidate(
     slot_context = _sandbox_slot() if use_root else contextlib.nullcontext(None)
     with slot_context as slot, tempfile.TemporaryDirectory(
         prefix="chorus-cand-", dir=_workdir_parent(use_root)
-    ) as tmp:
-        workdir = Path(tmp)
-        uid = SANDBOX_UID_BASE + slot if slot is not None else None
+    ) as tmp, RunOutputs(Path(tmp), _slot_uid(slot)) as outputs:
+        workdir = outputs.home  # the candidate's folder; outputs.out holds what is scored
+        uid = _slot_uid(slot)
         (workdir / f"{STIMULUS_MODULE}.py").write_text(stimulus_text)
-        command, sim_env = simulator_command(workdir, build_dir, toplevel, seed, limits.guard)
+        command, sim_env = simulator_command(workdir, build_dir, toplevel, seed, limits.guard, outputs.out)
         job = {
             "command": command,
             "env": sim_env,
+            "cwd": str(workdir),
+            "confinement_file": str(outputs.path(CONFINEMENT_NAME)),
             "uid": uid,
             "parent_pid": os.getpid(),  # the child dies with it
             "isolate_network": limits.isolate_network,
@@ -299,20 +327,19 @@ def run_candidate(
                 "nofile": limits.nofile,
             },
         }
-        job_path = workdir / "job.json"
-        job_path.write_text(json.dumps(job))
+        job_path = outputs.path(JOB_NAME)  # root's, 0600: read by the child before the drop
+        with open(os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w") as handle:
+            handle.write(json.dumps(job))
         if uid is not None:
             for path in (workdir, *workdir.iterdir()):
                 os.chown(path, uid, uid)
-        log_path = workdir / LOG_NAME
         start = time.monotonic()
-        with open(log_path, "wb") as log:
-            if uid is not None:
-                os.chown(log_path, uid, uid)
+        with open(outputs.log_fd(), "wb") as log:
             proc = subprocess.Popen(
-                # -I -S: ignore PYTHON* variables and site-packages; stdlib only
+                # -I -S: ignore PYTHON* variables and site-packages; stdlib only. The cwd is
+                # the run's folder: the child's writable mount holds home/ and out/
                 [sys.executable, "-I", "-S", str(CHILD_SCRIPT), str(job_path)],
-                cwd=workdir,
+                cwd=outputs.root,
                 env=_child_env(workdir),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -327,19 +354,20 @@ def run_candidate(
             finally:
                 _kill_everything(proc, uid)
         wall = time.monotonic() - start
-        log_size = log_path.stat().st_size
-        with open(log_path, "rb") as handle:
-            handle.seek(max(0, log_size - 3000))
-            log_tail = handle.read().decode(errors="replace")
-        output_limited = log_size >= limits.fsize_mb * 1024 * 1024 - 4096
-        tests, failures, messages = _read_results(workdir / RESULTS_NAME)
-        coverage_file = workdir / "coverage.dat"
+        # every read goes through the descriptors RunOutputs kept on the files it created,
+        # and is bounded, whatever the candidate did to the paths (outputs.py)
+        output_limit = limits.fsize_mb * 1024 * 1024
+        log_tail = outputs.tail(LOG_NAME, LOG_TAIL_BYTES).decode(errors="replace")
+        output_limited = outputs.size(LOG_NAME) >= output_limit - 4096
+        tests, failures, messages = _parse_results(_read_output(outputs, RESULTS_NAME, RESULTS_MAX_BYTES))
+        dat = _read_output(outputs, COVERAGE_NAME, output_limit)
         coverage = (
-            read_coverage_dat(coverage_file, load_points_manifest(build_dir)) if coverage_file.is_file() else None
+            coverage_counts(dat.decode(errors="replace"), load_points_manifest(build_dir))
+            if dat is not None and dat.startswith(COVERAGE_HEADER) else None
         )
         try:
-            confinement = json.loads((workdir / "confinement.json").read_text())
-        except (OSError, ValueError):
+            confinement = json.loads(_read_output(outputs, CONFINEMENT_NAME, CONFINEMENT_MAX_BYTES) or b"{}")
+        except ValueError:
             confinement = {}
         return SandboxResult(
             returncode=proc.returncode,
@@ -351,8 +379,20 @@ def run_candidate(
             failures=failures,
             failure_messages=messages,
             coverage=coverage,
-            confinement=confinement,
+            confinement=confinement if isinstance(confinement, dict) else {},
         )
+
+
+def _slot_uid(slot: int | None) -> int | None:
+    return SANDBOX_UID_BASE + slot if slot is not None else None
+
+
+def _read_output(outputs: RunOutputs, name: str, max_bytes: int) -> bytes | None:
+    """An output file's content; None when it was not written (or is too large)."""
+    try:
+        return outputs.read(name, max_bytes)
+    except OversizedOutput:
+        return None
 
 
 # -- any command, confined: the SystemVerilog testbench path (harness/svtb.py) ----------
@@ -392,9 +432,14 @@ def run_confined(
     like a cocotb candidate (network, filesystem, pid namespace, rlimits, uid, wall-clock
     timeout, every process killed at the end). Whatever is in `workdir` is handed to the
     sandbox uid first; stdout and stderr go to `workdir/log_name`."""
+    confinement_path = workdir / "confinement.json"
+    confinement_path.unlink(missing_ok=True)
+    os.close(os.open(confinement_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
     job = {
         "command": command,
         "env": env,
+        "cwd": str(workdir),
+        "confinement_file": str(confinement_path),
         "uid": uid,
         "parent_pid": os.getpid(),
         "isolate_network": limits.isolate_network,

@@ -46,6 +46,8 @@ if os.environ.get("CHORUS_GUARD") == "1":
     # what the score is read from: written by the simulator and cocotb, never by stimulus
     # (results.xml is not listed: cocotb writes it from this very process at the end)
     _PROTECTED = ("coverage.dat", "confinement.json")
+    # cocotb writes its results there, outside the work folder (sandbox.py, outputs.py)
+    _RESULTS_FILE = os.path.realpath(os.environ.get("COCOTB_RESULTS_FILE") or os.devnull)
 
     def _protected(path):
         name = os.path.basename(os.path.normpath(os.fsdecode(path)))
@@ -62,7 +64,8 @@ if os.environ.get("CHORUS_GUARD") == "1":
             isinstance(flags, int) and flags & _WRITE_FLAGS
         )
         target = os.path.realpath(os.fsdecode(path))
-        return bool(writing) and not (target == _HOME or target.startswith(_HOME + os.sep))
+        inside = target == _HOME or target.startswith(_HOME + os.sep) or target == _RESULTS_FILE
+        return bool(writing) and not inside
 
     def _guard(event, args):
         if event in _BLOCKED_EVENTS:
