@@ -155,25 +155,23 @@ def _hf_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, b
             yield task_id, sample_id, tokenizer.decode(tokens, skip_special_tokens=True), n_tokens
 
 
-def continuous_batching_config(device: str, seed: int, longest_prompt: int, max_new_tokens: int, requests: int):
-    """Engine settings: on a GPU the engine sizes its paged cache from free memory; on CPU
-    (tests) a cache just large enough for the requests, since sizing it from host memory
-    allocates gigabytes and takes tens of seconds."""
-    from transformers import ContinuousBatchingConfig
-
+def continuous_batching_kwargs(device: str, longest_prompt: int, max_new_tokens: int, requests: int) -> dict:
+    """ContinuousBatchingConfig fields: none on a GPU (the engine sizes its paged cache
+    from free memory); on CPU a cache just large enough for the requests, since sizing it
+    from host memory allocates gigabytes and takes tens of seconds."""
     if device.startswith("cuda"):
-        return ContinuousBatchingConfig(seed=seed)
+        return {}
     page = 64
     pages_per_request = -(-(longest_prompt + max_new_tokens) // page)
-    return ContinuousBatchingConfig(seed=seed, page_size=page, num_blocks=pages_per_request * requests + 4,
-                                    max_batch_tokens=max(2048, longest_prompt))
+    return {"page_size": page, "num_blocks": pages_per_request * requests + 4,
+            "max_batch_tokens": max(2048, longest_prompt)}
 
 
 def _continuous_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device,
                         dtype):
     """Yields (task_id, sample_id, text, new tokens) with transformers' continuous batching
     (`generate_batch`): `batch_size` requests per engine call, scheduled by the engine."""
-    from transformers import GenerationConfig
+    from transformers import ContinuousBatchingConfig, GenerationConfig
 
     from chorus.modeling import default_device, load_model_and_tokenizer
 
@@ -193,8 +191,8 @@ def _continuous_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_t
     for chunk in range(0, len(pending), batch_size):
         items = pending[chunk : chunk + batch_size]
         inputs = [prompts[task_id] for task_id, _ in items]
-        engine = continuous_batching_config(device, _chunk_seed(seed, *items[0]), max(map(len, inputs)),
-                                            max_new_tokens, len(items))
+        engine = ContinuousBatchingConfig(seed=_chunk_seed(seed, *items[0]), **continuous_batching_kwargs(
+            device, max(map(len, inputs)), max_new_tokens, len(items)))
         outputs = model.generate_batch(inputs, generation_config=generation, continuous_batching_config=engine,
                                        progress_bar=False)
         # request ids are req_<position in inputs>

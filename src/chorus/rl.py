@@ -243,6 +243,15 @@ def train_expert(
     # the generation batch must hold whole groups of num_generations completions
     batch = max(batch_size, num_generations)
     batch -= batch % num_generations
+    rollout = rollout_settings(rollout_backend, on_gpu=not flags["use_cpu"])
+    if rollout.get("use_transformers_continuous_batching") and flags["use_cpu"]:
+        from chorus.generate import continuous_batching_kwargs
+        from chorus.prompts import render_prompt
+
+        longest = max(len(tokenizer(render_prompt(tokenizer, build_prompt(t)), add_special_tokens=False)["input_ids"])
+                      for t in tasks)
+        rollout["transformers_continuous_batching_config"] = continuous_batching_kwargs(
+            "cpu", longest, max_completion_length, batch * grad_accum)
     config = dict(
         output_dir=str(work_dir),
         max_steps=steps if steps else -1,
@@ -265,7 +274,7 @@ def train_expert(
         deepspeed=deepspeed_config,
         gradient_checkpointing=gradient_checkpointing,
         dataloader_num_workers=0,
-        **rollout_settings(rollout_backend, on_gpu=not flags["use_cpu"]),
+        **rollout,
         **flags,
     )
     args = GRPOConfig(**{**config, **(extra_args or {})})
