@@ -303,8 +303,8 @@ def train_expert(
         "runtime_s": runtime,
         "reward_wall_s": reward_wall,
         "reward_time_fraction": reward_wall / runtime if runtime else None,
-        "rollout_backend": {k: v for k, v in args.to_dict().items()
-                            if k in ("use_vllm", "vllm_mode", "use_transformers_continuous_batching")},
+        "rollout_backend": ("vllm_" + args.vllm_mode if args.use_vllm else
+                            "continuous" if args.use_transformers_continuous_batching else "generate"),
         "breakdown": {
             "steps_s": steps_s,
             "generation_s": timer.generation_s,

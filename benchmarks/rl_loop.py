@@ -1,0 +1,384 @@
+"""The RL loop at hardware speed (issue 15): sampling, GRPO breakdown, SFT cold start.
+
+One command on the GPU machine (under 9 minutes), with the project's own code paths:
+  (a) evaluation sampler tokens/s, prompts of ~1k tokens, 512 new tokens, batch 64 (and
+      256): plain `generate` vs transformers' continuous batching (`generate_batch`, the
+      `auto` sampler on a GPU without vLLM), engine-only and end to end through
+      `chorus.generate.sample_completions`;
+  (b) one GRPO expert end to end (`chorus.rl.train_expert`, rollouts through the `auto`
+      backend, per-task simulation timeouts): generation, reward wait, the rest
+      (log-probs, backward, optimizer), rollout tokens/s, simulations/s; and one reward
+      call on runnable completions (references) with a hanging straggler among them;
+  (c) the first SFT step (`chorus.sft.train_stage`) with sdpa and with the compiled
+      kernels (flex_attention + Liger), each in a fresh process with an empty compile
+      cache, then the compiled one again with the cache warm; from these and the steady
+      rates, the job size (training FLOPs) from which compiling pays
+      (config `sft.compile_min_flops`).
+The model: `--model DIR` (a Hugging Face folder, e.g. SmolLM2-135M-Instruct converted),
+else a random-init model of SmolLM2-135M's shape (config only, no download).
+Writes `--out` (default benchmarks/results/rl_loop_h200.json) after every section with
+the keys generate_tokens_per_s, rollout_tokens_per_s, reward_wait_fraction,
+sft_first_step_s and `details`. `--smoke`: tiny sizes on CPU (tests/test_rl_speed.py).
+
+  USE_HUB_KERNELS=0 PYTHONPATH=src python3 benchmarks/rl_loop.py --model /root/smollm2 --out $OUT/rl_loop_h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("USE_HUB_KERNELS", "0")  # transformers 5.25: hub kernels need the network
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+# SmolLM2-135M: Llama, 30 layers, hidden 576, 9 heads (3 KV), MLP 1536, vocab 49152, tied.
+SMOLLM2_135M = dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                    intermediate_size=1536, vocab_size=49152, max_position_embeddings=8192,
+                    tie_word_embeddings=True, rope_theta=100000.0)
+TINY = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+            intermediate_size=64, vocab_size=512, max_position_embeddings=4096, tie_word_embeddings=True)
+FULL = dict(batch=64, big_batch=256, prompt_tokens=1000, new_tokens=512, grpo_steps=4, grpo_tasks=4,
+            num_generations=8, completion_len=512, sft_steps=8, reward_copies=8, eval_tasks=None)
+SMOKE = dict(batch=4, big_batch=8, prompt_tokens=200, new_tokens=8, grpo_steps=1, grpo_tasks=2,
+             num_generations=2, completion_len=8, sft_steps=2, reward_copies=1, eval_tasks=2)
+
+
+class Report:
+    """The result file, rewritten after every section so a cut-short run keeps its figures."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.data = {"generate_tokens_per_s": None, "rollout_tokens_per_s": None, "reward_wait_fraction": None,
+                     "sft_first_step_s": None, "details": {}}
+
+    def detail(self, section: str, value) -> None:
+        self.data["details"][section] = value
+        self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.data, indent=2, default=str) + "\n")
+        print(json.dumps({k: v for k, v in self.data.items() if k != "details"}), flush=True)
+
+
+def build_model(root: Path, shape: dict, tasks) -> Path:
+    """A random-init Llama of `shape` with the project's BPE tokenizer (trained on the task
+    text; the model's vocabulary is `shape`'s, larger than the tokenizer's, so the logits
+    cost what the real model's do)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from chorus.modeling import save_model_atomically, task_corpus, train_tokenizer
+
+    tokenizer = train_tokenizer(task_corpus(tasks), min(shape["vocab_size"], 2048))
+    config = LlamaConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, **shape)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    out = root / "model"
+    save_model_atomically(model.to(torch.bfloat16 if torch.cuda.is_available() else torch.float32), tokenizer, out)
+    return out
+
+
+def prompt_ids(tokenizer, tasks, length: int, count: int) -> list[list[int]]:
+    """`count` prompts cycling over the tasks' rendered prompts, cut to their last `length`
+    tokens (the generation prompt stays at the end)."""
+    from chorus.prompts import build_prompt, render_prompt
+
+    rendered = [tokenizer(render_prompt(tokenizer, build_prompt(t)), add_special_tokens=False)["input_ids"][-length:]
+                for t in tasks]
+    return [rendered[i % len(rendered)] for i in range(count)]
+
+
+def sync():
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def bench_generation(model_dir: Path, tasks, sizes: dict, device: str, report: Report) -> None:
+    """Engine tokens/s of plain generate and of continuous batching on the same prompts
+    (EOS set to an id the random model practically never draws: every request decodes
+    `new_tokens`), then the eval sampler end to end."""
+    import torch
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    from chorus.generate import continuous_batching_kwargs, sample_completions
+    from chorus.modeling import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(model_dir, device)
+    model.eval()
+    new = sizes["new_tokens"]
+    rare = model.config.vocab_size - 1
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    sampling = dict(do_sample=True, temperature=0.8, top_p=0.95, top_k=None)
+    results: dict = {"device": device, "new_tokens": new}
+
+    def plain(batch: int) -> dict:
+        ids = prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], batch)
+        tokenizer.padding_side = "left"
+        inputs = tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(device)
+        kwargs = dict(max_new_tokens=new, pad_token_id=pad, eos_token_id=rare, **sampling)
+        with torch.no_grad():
+            model.generate(**inputs, **{**kwargs, "max_new_tokens": 4})  # CUDA/cuBLAS start-up
+            sync()
+            start = time.perf_counter()
+            out = model.generate(**inputs, **kwargs)
+            sync()
+        seconds = time.perf_counter() - start
+        tokens = int(out.shape[0] * (out.shape[1] - inputs["input_ids"].shape[1]))
+        return {"batch": batch, "prompt_tokens": int(inputs["input_ids"].shape[1]), "seconds": seconds,
+                "new_tokens": tokens, "tokens_per_s": tokens / seconds, "ms_per_step": 1000 * seconds / new}
+
+    def continuous(batch: int) -> dict:
+        ids = prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], batch)
+        config = GenerationConfig(max_new_tokens=new, pad_token_id=pad, eos_token_id=rare, **sampling)
+        engine = continuous_batching_kwargs(device, max(map(len, ids)), new, batch)
+        runs = []
+        for _ in range(2):  # the first call sizes the cache and captures the CUDA graphs
+            sync()
+            start = time.perf_counter()
+            out = model.generate_batch(ids, generation_config=config, progress_bar=False,
+                                       continuous_batching_config=ContinuousBatchingConfig(seed=0, **engine))
+            sync()
+            runs.append((time.perf_counter() - start, sum(len(o.generated_tokens) for o in out.values())))
+        (first_s, _), (seconds, tokens) = runs
+        return {"batch": batch, "prompt_tokens": sum(map(len, ids)) / len(ids), "first_call_s": first_s,
+                "seconds": seconds, "new_tokens": tokens, "tokens_per_s": tokens / seconds}
+
+    for name, run, batch in (("generate", plain, sizes["batch"]), ("continuous", continuous, sizes["batch"]),
+                             ("continuous_big_batch", continuous, sizes["big_batch"])):
+        try:
+            results[name] = run(batch)
+        except Exception as err:  # one failed variant must not lose the others
+            results[name] = {"error": repr(err)[:800]}
+        report.detail("generate", results)
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    # the workflow's eval sampler end to end (model load included), auto sampler, real EOS
+    tasks = tasks[: sizes["eval_tasks"]] if sizes["eval_tasks"] else tasks
+    k = max(1, sizes["batch"] // len(tasks))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            stats = sample_completions(model_dir, tasks, k, Path(tmp) / "g.jsonl", max_new_tokens=new,
+                                       device=device, sampler="auto")
+        results["eval_sampler"] = stats
+    except Exception as err:
+        results["eval_sampler"] = {"error": repr(err)[:800]}
+    fast = [results[n].get("tokens_per_s") for n in ("continuous", "continuous_big_batch") if n in results]
+    report.data["generate_tokens_per_s"] = max([f for f in fast if f], default=None)
+    report.detail("generate", results)
+
+
+def bench_rewards(tasks, copies: int, workers: int, limits, report: Report) -> None:
+    """One reward call on runnable completions (each task's reference, repeated) with one
+    hanging candidate: with per-task timeouts the straggler costs its task's limit."""
+    from chorus.harness import ensure_build
+    from chorus.harness.timeouts import TimeoutPolicy, task_limits
+    from chorus.rl import CoverageReward
+
+    hang = "```python\nimport cocotb\n\n@cocotb.test()\nasync def spin(dut):\n    while True:\n        pass\n```"
+    references = ["```python\n" + t.reference_stimulus.read_text() + "```" for t in tasks]
+    completions = references * copies + [hang]
+    task_ids = [t.id for t in tasks] * copies + [tasks[0].id]
+    reward = CoverageReward(tasks, "dense", workers, limits, TimeoutPolicy())
+    for build in reward.prebuilds:  # builds and reference timings: not part of the call
+        build.result()
+    start = time.perf_counter()
+    rewards = reward(completions, task_id=task_ids)
+    seconds = time.perf_counter() - start
+    report.detail("rewards_with_straggler", {
+        "completions": len(completions), "workers": workers, "seconds": seconds,
+        "simulations_per_s": len(completions) / seconds, "mean_reward": sum(rewards) / len(rewards),
+        "statuses": reward.calls[-1]["statuses"], "ceiling_s": limits.timeout_s,
+        "task_limits_s": {t.id: task_limits(t, ensure_build(t), limits, TimeoutPolicy()).timeout_s for t in tasks},
+    })
+
+
+def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device: str, root: Path,
+               report: Report) -> None:
+    from chorus.harness.timeouts import TimeoutPolicy
+    from chorus.rl import train_expert
+
+    metrics = train_expert(
+        model_dir, tasks, root / "expert", steps=sizes["grpo_steps"], num_generations=sizes["num_generations"],
+        batch_size=sizes["num_generations"] * len(tasks), max_completion_length=sizes["completion_len"],
+        sim_workers=workers, sim_limits=limits, sim_timeouts=TimeoutPolicy(), rollout_backend="auto",
+        device=device, use_cpu=device == "cpu", save_steps=10_000,
+    )
+    parts = metrics["breakdown"]
+    report.data["rollout_tokens_per_s"] = parts["rollout_tokens_per_s"]
+    report.data["reward_wait_fraction"] = parts["reward_wait_fraction"]
+    report.detail("grpo", {"steps": metrics["steps"], "runtime_s": metrics["runtime_s"],
+                           "rollout_backend": metrics["rollout_backend"], **parts,
+                           "statuses": [c["statuses"] for c in metrics["reward_calls"]],
+                           "completions_per_step": sizes["num_generations"] * len(tasks)})
+
+
+def sft_job(args) -> None:
+    """--sft-job: one train_stage in this (fresh) process; its metrics to --out."""
+    from chorus.sft import train_stage
+
+    metrics = train_stage(args.model, args.data, Path(args.work) / f"sft-{args.kernels}", max_steps=args.steps,
+                          batch_size=4, max_length=2048, lr=1e-5, save_steps=10_000, resume=False,
+                          attn="flex_attention" if args.kernels == "compiled" else "sdpa",
+                          liger="auto" if args.kernels == "compiled" else False, compile_min_flops=None,
+                          device=args.device, use_cpu=args.device == "cpu")
+    keep = ("steps", "runtime_s", "first_step_s", "tokens", "tokens_per_s", "steady_tokens_per_s",
+            "attn_implementation", "use_liger_kernel", "padding_free")
+    Path(args.out).write_text(json.dumps({k: metrics.get(k) for k in keep}))
+
+
+def run_sft(model_dir: Path, data: Path, root: Path, kernels: str, steps: int, device: str, cache: Path,
+            timeout_s: float) -> dict:
+    out = root / f"sft-{kernels}-{time.monotonic_ns()}.json"
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO / "src")}
+    cmd = [sys.executable, __file__, "--sft-job", "--model", str(model_dir), "--data", str(data), "--work", str(root),
+           "--kernels", kernels, "--steps", str(steps), "--device", device, "--out", str(out)]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=max(timeout_s, 1))
+    except subprocess.TimeoutExpired:
+        return {"error": f"did not finish within {timeout_s:.0f} s (first step >= that, compile included)"}
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-1500:]}
+    return {**json.loads(out.read_text()), "job_s": time.perf_counter() - start}
+
+
+def bench_sft(model_dir: Path, tasks, sizes: dict, device: str, root: Path, deadline: float,
+              report: Report) -> None:
+    """First step (compile included) and steady tokens/s, sdpa vs compiled kernels, each in
+    a fresh process: cold compile cache, then the compiled one again with it warm."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from chorus.data import build_stage_dataset
+
+    data = root / "sft.jsonl"
+    rows = build_stage_dataset(tasks, {"reference": ["easy", "medium", "hard"], "format": True}, data)
+    with data.open("w") as handle:
+        for _ in range(4):
+            handle.writelines(json.dumps(r) + "\n" for r in rows)
+    cache = root / "inductor"
+    results: dict = {"steps": sizes["sft_steps"]}
+    results["sdpa"] = run_sft(model_dir, data, root, "sdpa", sizes["sft_steps"], device, cache,
+                              deadline - time.perf_counter())
+    report.data["sft_first_step_s"] = results["sdpa"].get("first_step_s")
+    report.detail("sft", results)
+    if device == "cpu":
+        results["compiled"] = {"error": "skipped: flex_attention has no CPU backward"}
+    else:
+        for name in ("compiled", "compiled_warm_cache"):
+            left = deadline - time.perf_counter()
+            if left < 30:
+                results[name] = {"error": f"skipped: {left:.0f} s of the budget left"}
+                continue
+            results[name] = run_sft(model_dir, data, root, "compiled", sizes["sft_steps"], device, cache, left)
+            report.detail("sft", results)
+    sdpa, compiled = results["sdpa"], results.get("compiled", {})
+    if sdpa.get("steady_tokens_per_s") and compiled.get("steady_tokens_per_s"):
+        with torch.device("meta"):
+            params = sum(p.numel() for p in AutoModelForCausalLM.from_config(
+                AutoConfig.from_pretrained(model_dir)).parameters())
+        saved_per_token = 1 / sdpa["steady_tokens_per_s"] - 1 / compiled["steady_tokens_per_s"]
+        for name in ("compiled", "compiled_warm_cache"):
+            extra = results.get(name, {}).get("first_step_s")
+            if extra is None:
+                continue
+            cost = extra - sdpa["first_step_s"]
+            results[f"breakeven_{name}"] = (
+                {"tokens": cost / saved_per_token, "train_flops": 6 * params * cost / saved_per_token}
+                if saved_per_token > 0 else {"tokens": None, "note": "the compiled kernels are not faster here"})
+    report.detail("sft", results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", type=Path, help="HF model folder (default: random SmolLM2-135M shape)")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "rl_loop_h200.json")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, runs on CPU")
+    parser.add_argument("--budget-s", type=float, default=510, help="stop starting work after this long")
+    parser.add_argument("--guard", action="store_true",
+                        help="keep the sandbox's import guard (the GPU image's pytest plugins import numpy -> "
+                             "ctypes, which it refuses: every candidate fails there; docs device notes)")
+    parser.add_argument("--only", nargs="*", default=["generate", "rewards", "grpo", "sft"])
+    # internal: one SFT job in a fresh process
+    parser.add_argument("--sft-job", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--kernels", help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--device", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.sft_job:
+        return sft_job(args)
+
+    import torch
+
+    from chorus.harness import SandboxLimits
+    from chorus.tasks import load_tasks
+
+    start = time.perf_counter()
+    deadline = start + args.budget_s
+    device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
+    sizes = SMOKE if args.smoke else FULL
+    report = Report(args.out)
+    root = Path(tempfile.mkdtemp(prefix="chorus-rl-loop-"))
+    tasks = load_tasks(splits="train")
+    try:
+        from chorus.harness.sandbox import grant_traversal
+
+        grant_traversal()  # as `make setup` does: the sandbox user must reach this Python
+    except Exception as err:
+        print(f"grant_traversal: {err!r}", flush=True)
+    model_dir = args.model or build_model(root, TINY if args.smoke else SMOLLM2_135M, tasks)
+    import transformers
+    import trl
+
+    report.detail("env", {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                          "torch": torch.__version__, "transformers": transformers.__version__,
+                          "trl": trl.__version__, "model": str(args.model or ("random tiny" if args.smoke else "random SmolLM2-135M shape")),
+                          "cpus": os.cpu_count(), "smoke": args.smoke, "sizes": sizes})
+    workers = max(2, (os.cpu_count() or 2) - 1)
+    limits = SandboxLimits(timeout_s=10 if args.smoke else 60, guard=args.guard)  # the ceiling
+    easy_first = sorted(tasks, key=lambda t: ("easy", "medium", "hard").index(t.difficulty))
+    grpo_tasks = easy_first[: sizes["grpo_tasks"]]
+    sections = {
+        "generate": lambda: bench_generation(model_dir, tasks, sizes, device, report),
+        "rewards": lambda: bench_rewards(grpo_tasks, sizes["reward_copies"], workers, limits, report),
+        "grpo": lambda: bench_grpo(model_dir, grpo_tasks, sizes, workers, limits, device, root, report),
+        "sft": lambda: bench_sft(model_dir, tasks, sizes, device, root, deadline, report),
+    }
+    for name, section in sections.items():
+        if name not in args.only:
+            continue
+        if time.perf_counter() > deadline:
+            report.detail(name, {"error": "skipped: out of the time budget"})
+            continue
+        began = time.perf_counter()
+        try:
+            section()
+        except Exception as err:  # one failed section must not lose the others
+            report.detail(name, {"error": repr(err)[:1500]})
+        report.data["details"].setdefault("section_s", {})[name] = time.perf_counter() - began
+        report.save()
+    report.data["details"]["total_s"] = time.perf_counter() - start
+    report.save()
+
+
+if __name__ == "__main__":
+    main()
