@@ -48,26 +48,61 @@ def test_auto_sampler_follows_the_device():
         resolve_sampler("fast", "cpu")
 
 
-def test_continuous_batching_matches_generate_under_greedy_decoding(base, tmp_path):
-    """The same completions from both samplers (greedy; `generate` one prompt at a time,
-    so no padding changes the arithmetic), k rows per task, in order."""
+@pytest.mark.parametrize("sampler", ["continuous", "static"])
+def test_fast_samplers_match_generate_under_greedy_decoding(base, tmp_path, sampler):
+    """The same completions as `generate` (greedy; one prompt at a time, so no padding
+    changes the arithmetic), k rows per task, in order; the static decoder batched
+    (left-padded prompts of different lengths) too."""
     tasks = TRAIN[:3]
     plain = sample_completions(base, tasks, 2, tmp_path / "plain.jsonl", temperature=0, max_new_tokens=12,
                                device="cpu", batch_size=1, sampler="generate")
     fast = sample_completions(base, tasks, 2, tmp_path / "fast.jsonl", temperature=0, max_new_tokens=12,
-                              device="cpu", sampler="continuous")
-    assert (plain["sampler"], fast["sampler"]) == ("generate", "continuous")
+                              device="cpu", sampler=sampler)
+    assert (plain["sampler"], fast["sampler"]) == ("generate", sampler)
     rows_plain, rows_fast = read_jsonl(tmp_path / "plain.jsonl"), read_jsonl(tmp_path / "fast.jsonl")
     assert [(r["task_id"], r["sample_id"]) for r in rows_fast] == [(t.id, i) for t in tasks for i in range(2)]
     assert [r["completion"] for r in rows_fast] == [r["completion"] for r in rows_plain]
     assert fast["new_tokens"] == plain["new_tokens"] > 0
 
 
-def test_continuous_batching_sampling_is_seeded(base, tmp_path):
+def test_static_decoder_stops_like_generate(base):
+    """A stop id ends a row where `generate` ends it: same tokens up to and including the
+    stop, padding after, lengths counting the stop."""
+    import torch
+
+    from chorus.generate import StaticDecoder
+    from chorus.modeling import load_model_and_tokenizer
+    from chorus.prompts import build_prompt, render_prompt
+
+    model, tokenizer = load_model_and_tokenizer(base, "cpu")
+    model.eval()
+    tokenizer.padding_side = "left"
+    inputs = tokenizer([render_prompt(tokenizer, build_prompt(t)) for t in TRAIN[:2]], return_tensors="pt",
+                       padding=True, add_special_tokens=False)
+    decoder = StaticDecoder(model)
+    free, free_lengths = decoder.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=10,
+                                          temperature=0, pad_id=tokenizer.pad_token_id)
+    assert free.shape == (2, 10) and free_lengths.tolist() == [10, 10]
+    stop = int(free[0, 4])  # a token the first row draws at its fifth step
+    tokens, lengths = decoder.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=10,
+                                       temperature=0, stop_ids=[stop], pad_id=tokenizer.pad_token_id)
+    reference = model.generate(**inputs, max_new_tokens=10, do_sample=False, eos_token_id=stop,
+                               pad_token_id=tokenizer.pad_token_id)[:, inputs["input_ids"].shape[1]:]
+    first = free[0].tolist().index(stop)
+    assert int(lengths[0]) == first + 1 and tokens[0, : first + 1].tolist() == free[0, : first + 1].tolist()
+    assert (tokens[0, first + 1 :] == tokenizer.pad_token_id).all()
+    for row in range(2):
+        n = int(lengths[row])
+        assert tokens[row, :n].tolist() == reference[row, :n].tolist()
+    assert torch.equal(tokens[:, : reference.shape[1]], reference[:, : tokens.shape[1]])
+
+
+@pytest.mark.parametrize("sampler", ["continuous", "static"])
+def test_fast_sampling_is_seeded(base, tmp_path, sampler):
     tasks = TRAIN[:2]
     for name in ("a", "b"):
-        sample_completions(base, tasks, 3, tmp_path / f"{name}.jsonl", temperature=1.0, max_new_tokens=10,
-                           device="cpu", sampler="continuous", seed=7)
+        sample_completions(base, tasks, 3, tmp_path / f"{name}.jsonl", temperature=1.0, top_p=0.9,
+                           max_new_tokens=10, device="cpu", sampler=sampler, seed=7)
     first, again = read_jsonl(tmp_path / "a.jsonl"), read_jsonl(tmp_path / "b.jsonl")
     assert first == again
     assert len({r["completion"] for r in first}) > 1  # sampled, not greedy
