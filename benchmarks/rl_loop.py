@@ -109,14 +109,15 @@ def sync():
         torch.cuda.synchronize()
 
 
-def bench_generation(model_dir: Path, tasks, sizes: dict, device: str, report: Report) -> None:
-    """Engine tokens/s of plain generate and of continuous batching on the same prompts
-    (EOS set to an id the random model practically never draws: every request decodes
-    `new_tokens`), then the eval sampler end to end."""
+def bench_generation(model_dir: Path, tasks, sizes: dict, device: str, deadline: float, report: Report) -> None:
+    """Engine tokens/s of plain generate, the static decoder (CUDA graph) and continuous
+    batching on the same prompts (EOS set to an id the random model practically never
+    draws: every request decodes `new_tokens`), then the eval sampler end to end. Variants
+    are skipped once the section's `deadline` has passed."""
     import torch
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
-    from chorus.generate import continuous_batching_kwargs, sample_completions
+    from chorus.generate import StaticDecoder, continuous_batching_kwargs, sample_completions
     from chorus.modeling import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(model_dir, device)
@@ -127,10 +128,13 @@ def bench_generation(model_dir: Path, tasks, sizes: dict, device: str, report: R
     sampling = dict(do_sample=True, temperature=0.8, top_p=0.95, top_k=None)
     results: dict = {"device": device, "new_tokens": new}
 
-    def plain(batch: int) -> dict:
-        ids = prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], batch)
+    def padded(batch: int):
         tokenizer.padding_side = "left"
-        inputs = tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(device)
+        ids = prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], batch)
+        return tokenizer.pad({"input_ids": ids}, return_tensors="pt")
+
+    def plain(batch: int) -> dict:
+        inputs = padded(batch).to(device)
         kwargs = dict(max_new_tokens=new, pad_token_id=pad, eos_token_id=rare, **sampling)
         with torch.no_grad():
             model.generate(**inputs, **{**kwargs, "max_new_tokens": 4})  # CUDA/cuBLAS start-up
@@ -142,6 +146,22 @@ def bench_generation(model_dir: Path, tasks, sizes: dict, device: str, report: R
         tokens = int(out.shape[0] * (out.shape[1] - inputs["input_ids"].shape[1]))
         return {"batch": batch, "prompt_tokens": int(inputs["input_ids"].shape[1]), "seconds": seconds,
                 "new_tokens": tokens, "tokens_per_s": tokens / seconds, "ms_per_step": 1000 * seconds / new}
+
+    def static(batch: int) -> dict:
+        inputs = padded(batch)
+        decoder = StaticDecoder(model)
+        runs = []
+        for _ in range(2):  # the first call includes cuBLAS/SDPA start-up
+            sync()
+            start = time.perf_counter()
+            tokens, lengths = decoder.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=new,
+                                               temperature=0.8, top_p=0.95, stop_ids=[rare], pad_id=pad)
+            sync()
+            runs.append((time.perf_counter() - start, int(lengths.sum())))
+        (first_s, _), (seconds, count) = runs
+        return {"batch": batch, "prompt_tokens": int(inputs["input_ids"].shape[1]), "graph": decoder.use_graph,
+                "first_call_s": first_s, "seconds": seconds, "new_tokens": count, "tokens_per_s": count / seconds,
+                "ms_per_step": 1000 * seconds / new}
 
     def continuous(batch: int) -> dict:
         ids = prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], batch)
@@ -155,12 +175,19 @@ def bench_generation(model_dir: Path, tasks, sizes: dict, device: str, report: R
                                        continuous_batching_config=ContinuousBatchingConfig(seed=0, **engine))
             sync()
             runs.append((time.perf_counter() - start, sum(len(o.generated_tokens) for o in out.values())))
-        (first_s, _), (seconds, tokens) = runs
-        return {"batch": batch, "prompt_tokens": sum(map(len, ids)) / len(ids), "first_call_s": first_s,
+            if runs[0][0] > 60:  # slow: one call is figure enough
+                break
+        seconds, tokens = runs[-1]
+        return {"batch": batch, "prompt_tokens": sum(map(len, ids)) / len(ids), "first_call_s": runs[0][0],
                 "seconds": seconds, "new_tokens": tokens, "tokens_per_s": tokens / seconds}
 
-    for name, run, batch in (("generate", plain, sizes["batch"]), ("continuous", continuous, sizes["batch"]),
-                             ("continuous_big_batch", continuous, sizes["big_batch"])):
+    variants = (("generate", plain, sizes["batch"]), ("static", static, sizes["batch"]),
+                ("continuous", continuous, sizes["batch"]), ("static_big_batch", static, sizes["big_batch"]),
+                ("continuous_big_batch", continuous, sizes["big_batch"]))
+    for name, run, batch in variants:
+        if time.perf_counter() > deadline:
+            results[name] = {"error": "skipped: out of the section's time budget"}
+            continue
         try:
             results[name] = run(batch)
         except Exception as err:  # one failed variant must not lose the others
@@ -169,18 +196,26 @@ def bench_generation(model_dir: Path, tasks, sizes: dict, device: str, report: R
     del model
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    # the workflow's eval sampler end to end (model load included), auto sampler, real EOS
+    # the workflow's eval sampler end to end (model load included), real EOS
     tasks = tasks[: sizes["eval_tasks"]] if sizes["eval_tasks"] else tasks
     k = max(1, sizes["batch"] // len(tasks))
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            stats = sample_completions(model_dir, tasks, k, Path(tmp) / "g.jsonl", max_new_tokens=new,
-                                       device=device, sampler="auto")
-        results["eval_sampler"] = stats
-    except Exception as err:
-        results["eval_sampler"] = {"error": repr(err)[:800]}
-    fast = [results[n].get("tokens_per_s") for n in ("continuous", "continuous_big_batch") if n in results]
-    report.data["generate_tokens_per_s"] = max([f for f in fast if f], default=None)
+    for sampler in ("static", "continuous"):
+        if time.perf_counter() > deadline:
+            results[f"eval_sampler_{sampler}"] = {"error": "skipped: out of the section's time budget"}
+            continue
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                results[f"eval_sampler_{sampler}"] = sample_completions(
+                    model_dir, tasks, k, Path(tmp) / "g.jsonl", max_new_tokens=new, device=device, sampler=sampler)
+        except Exception as err:
+            results[f"eval_sampler_{sampler}"] = {"error": repr(err)[:800]}
+        report.detail("generate", results)
+    fast = {n: results[n].get("tokens_per_s") for n, _, b in variants if n != "generate" and b >= sizes["batch"]}
+    fast = {n: v for n, v in fast.items() if v}
+    if fast:
+        best = max(fast, key=fast.get)
+        report.data["generate_tokens_per_s"] = fast[best]
+        results["best"] = best
     report.detail("generate", results)
 
 
@@ -210,23 +245,38 @@ def bench_rewards(tasks, copies: int, workers: int, limits, report: Report) -> N
 
 
 def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device: str, root: Path,
-               report: Report) -> None:
+               backends: list[str], deadline: float, report: Report) -> None:
+    """One GRPO expert per rollout backend, end to end, with the step breakdown."""
     from chorus.harness.timeouts import TimeoutPolicy
     from chorus.rl import train_expert
 
-    metrics = train_expert(
-        model_dir, tasks, root / "expert", steps=sizes["grpo_steps"], num_generations=sizes["num_generations"],
-        batch_size=sizes["num_generations"] * len(tasks), max_completion_length=sizes["completion_len"],
-        sim_workers=workers, sim_limits=limits, sim_timeouts=TimeoutPolicy(), rollout_backend="auto",
-        device=device, use_cpu=device == "cpu", save_steps=10_000,
-    )
-    parts = metrics["breakdown"]
-    report.data["rollout_tokens_per_s"] = parts["rollout_tokens_per_s"]
-    report.data["reward_wait_fraction"] = parts["reward_wait_fraction"]
-    report.detail("grpo", {"steps": metrics["steps"], "runtime_s": metrics["runtime_s"],
-                           "rollout_backend": metrics["rollout_backend"], **parts,
-                           "statuses": [c["statuses"] for c in metrics["reward_calls"]],
-                           "completions_per_step": sizes["num_generations"] * len(tasks)})
+    runs = {}
+    for backend in backends:
+        if time.perf_counter() > deadline:
+            runs[backend] = {"error": "skipped: out of the section's time budget"}
+            continue
+        try:
+            metrics = train_expert(
+                model_dir, tasks, root / f"expert-{backend}", steps=sizes["grpo_steps"],
+                num_generations=sizes["num_generations"], batch_size=sizes["num_generations"] * len(tasks),
+                max_completion_length=sizes["completion_len"], sim_workers=workers, sim_limits=limits,
+                sim_timeouts=TimeoutPolicy(), rollout_backend=backend, device=device, use_cpu=device == "cpu",
+                save_steps=10_000,
+            )
+            runs[backend] = {"steps": metrics["steps"], "runtime_s": metrics["runtime_s"],
+                             "rollout_backend": metrics["rollout_backend"], **metrics["breakdown"],
+                             "statuses": [c["statuses"] for c in metrics["reward_calls"]],
+                             "completions_per_step": sizes["num_generations"] * len(tasks)}
+        except Exception as err:
+            runs[backend] = {"error": repr(err)[:1500]}
+        report.detail("grpo", runs)
+    done = {b: r for b, r in runs.items() if r.get("rollout_tokens_per_s")}
+    if done:
+        best = max(done, key=lambda b: done[b]["rollout_tokens_per_s"])
+        report.data["rollout_tokens_per_s"] = done[best]["rollout_tokens_per_s"]
+        report.data["reward_wait_fraction"] = done[best]["reward_wait_fraction"]
+        runs["best"] = best
+    report.detail("grpo", runs)
 
 
 def sft_job(args) -> None:
@@ -243,29 +293,7 @@ def sft_job(args) -> None:
     Path(args.out).write_text(json.dumps({k: metrics.get(k) for k in keep}))
 
 
-def run_sft(model_dir: Path, data: Path, root: Path, kernels: str, steps: int, device: str, cache: Path,
-            timeout_s: float) -> dict:
-    out = root / f"sft-{kernels}-{time.monotonic_ns()}.json"
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO / "src")}
-    cmd = [sys.executable, __file__, "--sft-job", "--model", str(model_dir), "--data", str(data), "--work", str(root),
-           "--kernels", kernels, "--steps", str(steps), "--device", device, "--out", str(out)]
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=max(timeout_s, 1))
-    except subprocess.TimeoutExpired:
-        return {"error": f"did not finish within {timeout_s:.0f} s (first step >= that, compile included)"}
-    if proc.returncode != 0:
-        return {"error": proc.stderr[-1500:]}
-    return {**json.loads(out.read_text()), "job_s": time.perf_counter() - start}
-
-
-def bench_sft(model_dir: Path, tasks, sizes: dict, device: str, root: Path, deadline: float,
-              report: Report) -> None:
-    """First step (compile included) and steady tokens/s, sdpa vs compiled kernels, each in
-    a fresh process: cold compile cache, then the compiled one again with it warm."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
+def sft_data(tasks, root: Path) -> Path:
     from chorus.data import build_stage_dataset
 
     data = root / "sft.jsonl"
@@ -273,30 +301,75 @@ def bench_sft(model_dir: Path, tasks, sizes: dict, device: str, root: Path, dead
     with data.open("w") as handle:
         for _ in range(4):
             handle.writelines(json.dumps(r) + "\n" for r in rows)
+    return data
+
+
+class SftRun:
+    """One SFT job in a fresh process (its own compile state), sharing `cache` as
+    TORCHINDUCTOR_CACHE_DIR; optionally pinned to `cpus` so that a background compile leaves
+    the other cores to the simulations."""
+
+    def __init__(self, model_dir: Path, data: Path, root: Path, kernels: str, steps: int, device: str, cache: Path,
+                 cpus: list[int] | None = None):
+        self.out = root / f"sft-{kernels}-{time.monotonic_ns()}.json"
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO / "src")}
+        if cpus:
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(len(cpus))
+        cmd = [sys.executable, __file__, "--sft-job", "--model", str(model_dir), "--data", str(data),
+               "--work", str(root), "--kernels", kernels, "--steps", str(steps), "--device", device,
+               "--out", str(self.out)]
+        self.start = time.perf_counter()
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+
+    def result(self, timeout_s: float) -> dict:
+        try:
+            _, err = self.proc.communicate(timeout=max(timeout_s, 1))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            waited = time.perf_counter() - self.start
+            return {"error": f"did not finish within {waited:.0f} s (first step >= that, compile included)"}
+        if self.proc.returncode != 0:
+            return {"error": (err or "")[-1500:]}
+        return {**json.loads(self.out.read_text()), "job_s": time.perf_counter() - self.start}
+
+
+def bench_sft(model_dir: Path, data: Path, sizes: dict, device: str, root: Path, deadline: float,
+              background: SftRun | None, report: Report) -> None:
+    """First step (compile included) and steady tokens/s: sdpa, the compiled kernels with an
+    empty compile cache (`background`: started with the benchmark, on 4 pinned cores,
+    while the other sections ran), then with the cache warm; and the break-even job size."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
     cache = root / "inductor"
     results: dict = {"steps": sizes["sft_steps"]}
-    results["sdpa"] = run_sft(model_dir, data, root, "sdpa", sizes["sft_steps"], device, cache,
-                              deadline - time.perf_counter())
+    results["sdpa"] = SftRun(model_dir, data, root, "sdpa", sizes["sft_steps"], device, cache).result(
+        deadline - time.perf_counter())
     report.data["sft_first_step_s"] = results["sdpa"].get("first_step_s")
     report.detail("sft", results)
-    if device == "cpu":
-        results["compiled"] = {"error": "skipped: flex_attention has no CPU backward"}
+    if background is None:
+        results["compiled"] = {"error": "skipped: flex_attention needs a GPU (no CPU backward)"}
     else:
-        for name in ("compiled", "compiled_warm_cache"):
-            left = deadline - time.perf_counter()
-            if left < 30:
-                results[name] = {"error": f"skipped: {left:.0f} s of the budget left"}
-                continue
-            results[name] = run_sft(model_dir, data, root, "compiled", sizes["sft_steps"], device, cache, left)
-            report.detail("sft", results)
-    sdpa, compiled = results["sdpa"], results.get("compiled", {})
-    if sdpa.get("steady_tokens_per_s") and compiled.get("steady_tokens_per_s"):
+        results["compiled"] = {**background.result(deadline - time.perf_counter()),
+                               "note": "cold compile cache, 4 pinned cores, concurrent with the other sections"}
+        report.detail("sft", results)
+        left = deadline - time.perf_counter()
+        results["compiled_warm_cache"] = (
+            SftRun(model_dir, data, root, "compiled", sizes["sft_steps"], device, cache).result(left)
+            if left > 45 and "error" not in results["compiled"] else {"error": f"skipped ({left:.0f} s left)"})
+    report.detail("sft", results)
+    sdpa = results["sdpa"]
+    fast = next((results[n] for n in ("compiled_warm_cache", "compiled")
+                 if (results.get(n) or {}).get("steady_tokens_per_s")), None)
+    if sdpa.get("steady_tokens_per_s") and fast:
         with torch.device("meta"):
             params = sum(p.numel() for p in AutoModelForCausalLM.from_config(
                 AutoConfig.from_pretrained(model_dir)).parameters())
-        saved_per_token = 1 / sdpa["steady_tokens_per_s"] - 1 / compiled["steady_tokens_per_s"]
+        saved_per_token = 1 / sdpa["steady_tokens_per_s"] - 1 / fast["steady_tokens_per_s"]
         for name in ("compiled", "compiled_warm_cache"):
-            extra = results.get(name, {}).get("first_step_s")
+            extra = (results.get(name) or {}).get("first_step_s")
             if extra is None:
                 continue
             cost = extra - sdpa["first_step_s"]
@@ -316,6 +389,8 @@ def main() -> None:
                         help="keep the sandbox's import guard (the GPU image's pytest plugins import numpy -> "
                              "ctypes, which it refuses: every candidate fails there; docs device notes)")
     parser.add_argument("--only", nargs="*", default=["generate", "rewards", "grpo", "sft"])
+    parser.add_argument("--grpo-backends", nargs="*", default=["static", "continuous"],
+                        help="rollout backends to run GRPO with (auto, generate, continuous, static, vllm)")
     # internal: one SFT job in a fresh process
     parser.add_argument("--sft-job", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
@@ -353,15 +428,22 @@ def main() -> None:
                           "torch": torch.__version__, "transformers": transformers.__version__,
                           "trl": trl.__version__, "model": str(args.model or ("random tiny" if args.smoke else "random SmolLM2-135M shape")),
                           "cpus": os.cpu_count(), "smoke": args.smoke, "sizes": sizes})
-    workers = max(2, (os.cpu_count() or 2) - 1)
+    cpus = sorted(os.sched_getaffinity(0))
+    # a background compile (SFT, GPU only) gets the last 4 cores, the simulations the rest
+    compile_cpus = cpus[-4:] if device == "cuda" and len(cpus) >= 8 and "sft" in args.only else None
+    workers = max(2, len(cpus) - (5 if compile_cpus else 1))
+    data = sft_data(tasks, root)
+    background = (SftRun(model_dir, data, root, "compiled", sizes["sft_steps"], device, root / "inductor",
+                         cpus=compile_cpus) if device == "cuda" and "sft" in args.only else None)
     limits = SandboxLimits(timeout_s=10 if args.smoke else 60, guard=args.guard)  # the ceiling
     easy_first = sorted(tasks, key=lambda t: ("easy", "medium", "hard").index(t.difficulty))
     grpo_tasks = easy_first[: sizes["grpo_tasks"]]
     sections = {
-        "generate": lambda: bench_generation(model_dir, tasks, sizes, device, report),
+        "generate": lambda: bench_generation(model_dir, tasks, sizes, device, start + 0.35 * args.budget_s, report),
         "rewards": lambda: bench_rewards(grpo_tasks, sizes["reward_copies"], workers, limits, report),
-        "grpo": lambda: bench_grpo(model_dir, grpo_tasks, sizes, workers, limits, device, root, report),
-        "sft": lambda: bench_sft(model_dir, tasks, sizes, device, root, deadline, report),
+        "grpo": lambda: bench_grpo(model_dir, grpo_tasks, sizes, workers, limits, device, root, args.grpo_backends,
+                                   start + 0.7 * args.budget_s, report),
+        "sft": lambda: bench_sft(model_dir, data, sizes, device, root, deadline, background, report),
     }
     for name, section in sections.items():
         if name not in args.only:
@@ -376,6 +458,8 @@ def main() -> None:
             report.detail(name, {"error": repr(err)[:1500]})
         report.data["details"].setdefault("section_s", {})[name] = time.perf_counter() - began
         report.save()
+    if background is not None and background.proc.poll() is None:  # sft skipped: stop its compile
+        background.proc.kill()
     report.data["details"]["total_s"] = time.perf_counter() - start
     report.save()
 

@@ -114,18 +114,20 @@ def test_fast_sampling_is_seeded(base, tmp_path, sampler):
 def test_rollout_backends():
     assert rollout_settings("auto", on_gpu=False) == {"use_vllm": False, "use_transformers_continuous_batching": False}
     assert rollout_settings("continuous")["use_transformers_continuous_batching"] is True
+    assert rollout_settings("static") == rollout_settings("generate")  # the trainer's hook is swapped instead
     assert rollout_settings("vllm") == {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3}
     with pytest.raises(ValueError):
         rollout_settings("fast")
 
 
-def test_grpo_rollouts_through_continuous_batching_with_breakdown(base, tmp_path):
+@pytest.mark.parametrize("backend", ["continuous", "static"])
+def test_grpo_rollouts_through_fast_backends_with_breakdown(base, tmp_path, backend):
     tasks = [t for t in TRAIN if t.difficulty == "easy"][:2]
     metrics = train_expert(base, tasks, tmp_path / "expert", steps=2, num_generations=2, batch_size=2,
-                           max_completion_length=8, sim_workers=2, use_cpu=True, rollout_backend="continuous",
+                           max_completion_length=8, sim_workers=2, use_cpu=True, rollout_backend=backend,
                            sim_timeouts=TimeoutPolicy())
     assert metrics["steps"] == 2
-    assert metrics["rollout_backend"] == "continuous"
+    assert metrics["rollout_backend"] == backend
     parts = metrics["breakdown"]
     assert parts["rollouts"] == 4 and 0 < parts["rollout_tokens"] <= 4 * 8
     assert parts["simulations"] == 4

@@ -160,11 +160,12 @@ def _hf_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, b
 
 
 def continuous_batching_kwargs(device: str, longest_prompt: int, max_new_tokens: int, requests: int) -> dict:
-    """ContinuousBatchingConfig fields: none on a GPU (the engine sizes its paged cache
-    from free memory); on CPU a cache just large enough for the requests, since sizing it
-    from host memory allocates gigabytes and takes tens of seconds."""
+    """ContinuousBatchingConfig fields: on a GPU the engine sizes its paged cache from half
+    the free memory (its default, 90%, leaves nothing to a process sharing the GPU); on CPU
+    a cache just large enough for the requests, since sizing it from host memory allocates
+    gigabytes and takes tens of seconds."""
     if device.startswith("cuda"):
-        return {}
+        return {"max_memory_percent": 0.5}
     page = 64
     pages_per_request = -(-(longest_prompt + max_new_tokens) // page)
     return {"page_size": page, "num_blocks": pages_per_request * requests + 4,

@@ -128,24 +128,66 @@ def reward_log(log_history: list[dict]) -> list[dict]:
     return rows
 
 
-ROLLOUT_BACKENDS = ("auto", "generate", "continuous", "vllm")
+ROLLOUT_BACKENDS = ("auto", "generate", "continuous", "static", "vllm")
+
+
+def resolve_rollout_backend(backend: str = "auto", on_gpu: bool = False) -> str:
+    """The backend `auto` stands for: vllm on a GPU when the package is installed, else
+    continuous batching on a GPU, generate on CPU."""
+    import importlib.util
+
+    if backend not in ROLLOUT_BACKENDS:
+        raise ValueError(f"rollout backend must be one of {ROLLOUT_BACKENDS}, not {backend!r}")
+    if backend != "auto":
+        return backend
+    return ("vllm" if importlib.util.find_spec("vllm") is not None else "continuous") if on_gpu else "generate"
 
 
 def rollout_settings(backend: str = "auto", on_gpu: bool = False, vllm_memory: float = 0.3) -> dict:
     """GRPOConfig fields of the rollout backend (config `rl.rollout_backend`): `vllm`: TRL's
     vLLM colocate mode (vLLM shares the training GPU, `vllm_memory` of its memory); `continuous`:
     transformers' continuous batching (`generate_batch`: paged cache, CUDA graphs);
-    `generate`: plain `generate`. `auto`: vllm on a GPU when the package is installed, else
-    continuous on a GPU, generate on CPU."""
-    import importlib.util
-
-    if backend not in ROLLOUT_BACKENDS:
-        raise ValueError(f"rollout backend must be one of {ROLLOUT_BACKENDS}, not {backend!r}")
-    if backend == "auto":
-        backend = ("vllm" if importlib.util.find_spec("vllm") is not None else "continuous") if on_gpu else "generate"
+    `generate`: plain `generate`; `static`: plain settings, the trainer's rollouts then go
+    through chorus.generate.StaticDecoder (static_rollouts). `auto`: resolve_rollout_backend."""
+    backend = resolve_rollout_backend(backend, on_gpu)
     if backend == "vllm":
         return {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": vllm_memory}
     return {"use_vllm": False, "use_transformers_continuous_batching": backend == "continuous"}
+
+
+def static_rollouts(trainer):
+    """Replace the trainer's rollout hook (TRL's `_generate_single_turn`, on the instance)
+    by chorus.generate.StaticDecoder: static KV cache, decode step replayed from a CUDA
+    graph. Same contract as TRL's plain `generate` path: completion ids up to and
+    including the first EOS, no log-probs. Sampling follows the trainer's temperature and
+    top_p (top_k, min_p and repetition penalty are not applied). One process per model copy
+    (DDP ranks are fine; not DeepSpeed ZeRO-3, whose weights are sharded)."""
+    import torch
+
+    from chorus.generate import StaticDecoder
+
+    tokenizer = trainer._tokenizer
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else trainer.eos_token_ids[0]
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        width = max(len(ids) for ids in prompt_ids)
+        input_ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+        for row, ids in enumerate(prompt_ids):  # left padding
+            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            mask[row, width - len(ids):] = 1
+        was_training = model.training
+        model.eval()
+        try:
+            tokens, lengths = StaticDecoder(model).generate(
+                input_ids, mask, max_new_tokens=trainer.max_completion_length, temperature=trainer.temperature,
+                top_p=trainer.top_p, stop_ids=list(trainer.eos_token_ids), pad_id=pad_id)
+        finally:
+            model.train(was_training)
+        return [row[: int(n)].tolist() for row, n in zip(tokens, lengths)], None
+
+    trainer._generate_single_turn = generate
 
 
 class RolloutTimer:
@@ -243,7 +285,10 @@ def train_expert(
     # the generation batch must hold whole groups of num_generations completions
     batch = max(batch_size, num_generations)
     batch -= batch % num_generations
-    rollout = rollout_settings(rollout_backend, on_gpu=not flags["use_cpu"])
+    rollout_backend = resolve_rollout_backend(rollout_backend, on_gpu=not flags["use_cpu"])
+    if rollout_backend == "static" and deepspeed_config:
+        raise ValueError("rollout_backend static needs whole weights in each process: not with DeepSpeed")
+    rollout = rollout_settings(rollout_backend)
     if rollout.get("use_transformers_continuous_batching") and flags["use_cpu"]:
         from chorus.generate import continuous_batching_kwargs
         from chorus.prompts import render_prompt
@@ -286,6 +331,8 @@ def train_expert(
         processing_class=tokenizer,
         callbacks=[stage_callback()],
     )
+    if rollout_backend == "static":
+        static_rollouts(trainer)
     timer = RolloutTimer()
     timer.wrap(trainer)
     trainer.add_callback(timer.callback())
@@ -303,8 +350,7 @@ def train_expert(
         "runtime_s": runtime,
         "reward_wall_s": reward_wall,
         "reward_time_fraction": reward_wall / runtime if runtime else None,
-        "rollout_backend": ("vllm_" + args.vllm_mode if args.use_vllm else
-                            "continuous" if args.use_transformers_continuous_batching else "generate"),
+        "rollout_backend": rollout_backend,
         "breakdown": {
             "steps_s": steps_s,
             "generation_s": timer.generation_s,
