@@ -384,13 +384,14 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="HF model folder (default: random SmolLM2-135M shape)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "rl_loop_h200.json")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, runs on CPU")
-    parser.add_argument("--budget-s", type=float, default=510, help="stop starting work after this long")
+    parser.add_argument("--budget-s", type=float, default=480, help="stop starting work after this long")
     parser.add_argument("--guard", action="store_true",
                         help="keep the sandbox's import guard (the GPU image's pytest plugins import numpy -> "
                              "ctypes, which it refuses: every candidate fails there; docs device notes)")
     parser.add_argument("--only", nargs="*", default=["generate", "rewards", "grpo", "sft"])
-    parser.add_argument("--grpo-backends", nargs="*", default=["static", "continuous"],
-                        help="rollout backends to run GRPO with (auto, generate, continuous, static, vllm)")
+    parser.add_argument("--grpo-backends", nargs="*", default=None,
+                        help="rollout backends to run GRPO with (auto, generate, continuous, static, vllm); "
+                             "default static and continuous (--smoke: static)")
     # internal: one SFT job in a fresh process
     parser.add_argument("--sft-job", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
@@ -401,6 +402,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.sft_job:
         return sft_job(args)
+    if args.grpo_backends is None:
+        args.grpo_backends = ["static"] if args.smoke else ["static", "continuous"]
 
     import torch
 
