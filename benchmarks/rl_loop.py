@@ -427,10 +427,11 @@ def main() -> None:
     import transformers
     import trl
 
+    model_name = str(args.model) if args.model else "random tiny" if args.smoke else "random SmolLM2-135M shape"
     report.detail("env", {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                           "torch": torch.__version__, "transformers": transformers.__version__,
-                          "trl": trl.__version__, "model": str(args.model or ("random tiny" if args.smoke else "random SmolLM2-135M shape")),
-                          "cpus": os.cpu_count(), "smoke": args.smoke, "sizes": sizes})
+                          "trl": trl.__version__, "model": model_name, "cpus": os.cpu_count(),
+                          "smoke": args.smoke, "sizes": sizes})
     cpus = sorted(os.sched_getaffinity(0))
     # a background compile (SFT, GPU only) gets the last 4 cores, the simulations the rest
     compile_cpus = cpus[-4:] if device == "cuda" and len(cpus) >= 8 and "sft" in args.only else None
