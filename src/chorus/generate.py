@@ -299,10 +299,16 @@ class StaticDecoder:
                 elif self.use_graph and step >= self.WARMUP:
                     torch.cuda.current_stream().wait_stream(side)
                     graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph):  # records only: this step runs at the replay below
-                        graph_logits = self._forward(cache, **step_inputs)
-                    graph.replay()
-                    logits = graph_logits.clone()
+                    try:
+                        with torch.cuda.graph(graph):  # records only: this step runs at the replay below
+                            graph_logits = self._forward(cache, **step_inputs)
+                    except Exception as err:  # a model whose step cannot be captured: decode eagerly
+                        log.warning("CUDA graph capture failed (%r); decoding without graphs", err)
+                        graph, self.use_graph, side = None, False, None
+                        logits = self._forward(cache, **step_inputs)
+                    else:
+                        graph.replay()
+                        logits = graph_logits.clone()
                 else:
                     if side is not None:
                         side.wait_stream(torch.cuda.current_stream())
