@@ -54,6 +54,7 @@ def sft_settings():
         "max_length": config["max_length"],
         "attn": sft.get("attention", "auto"),
         "liger": sft.get("liger_kernel", "auto"),
+        "compile_min_flops": sft.get("compile_min_flops", 5.5e16),
     }
 
 

@@ -16,4 +16,5 @@ with script_logging(snakemake):
         top_p=sampling["top_p"],
         max_new_tokens=sampling["max_new_tokens"],
         device=resolve_device(snakemake.params.device),
+        sampler=sampling.get("sampler", "auto"),
     )

@@ -5,6 +5,7 @@ without re-simulating finished samples; the declared output appears only when co
 """
 
 from chorus.harness import SandboxLimits, score_generations
+from chorus.harness.timeouts import TimeoutPolicy
 from chorus.io import read_jsonl, script_logging
 from chorus.tasks import load_manifest, tasks_by_id
 
@@ -20,6 +21,7 @@ with script_logging(snakemake):
         limits=SandboxLimits(
             timeout_s=sim["timeout_s"], mem_mb=sim["mem_mb"], build_timeout_s=sim.get("build_timeout_s", 300)
         ),
+        timeouts=TimeoutPolicy.from_config(sim),
     )
     passed = sum(r["passed"] for r in results)
     print(f"shard {shard}/{num_shards}: {len(results)} samples scored, {passed} passing")

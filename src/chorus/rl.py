@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from chorus.harness import SandboxLimits, prebuild, score_many
+from chorus.harness.timeouts import TimeoutPolicy
 from chorus.prompts import build_prompt, extract_stimulus
 from chorus.sft import finalize, precision_flags, prepare_work_dir, stage_callback
 from chorus.tasks import Task, load_manifest
@@ -40,16 +41,20 @@ class CoverageReward:
     "binary": 1.0 when the sample passes, else 0.0. `tasks`: a {task_id: Task} mapping or
     a list of tasks. Every call is recorded in `calls` (wall time, reward statistics,
     status counts) and, under GRPOTrainer, logged through its `log_metric` hook.
+    `timeouts`: per-task simulation limits from the reference's measured time
+    (chorus.harness.timeouts), measured during the background prebuild.
     """
 
     def __init__(self, tasks: dict[str, Task] | list[Task], mode: str = "dense",
-                 workers: int | None = None, limits: SandboxLimits | None = None):
+                 workers: int | None = None, limits: SandboxLimits | None = None,
+                 timeouts: TimeoutPolicy | None = None):
         if mode not in ("dense", "binary"):
             raise ValueError(f"reward mode must be dense or binary, not {mode!r}")
         self.tasks = dict(tasks) if isinstance(tasks, dict) else {t.id: t for t in tasks}
         self.mode = mode
         self.workers = workers
         self.limits = limits
+        self.timeouts = timeouts
         self.__name__ = f"coverage_{mode}"
         self.calls: list[dict] = []
         # Compile every design in the background while the trainer loads the model and
@@ -57,13 +62,13 @@ class CoverageReward:
         # the reward's critical path (score_many waits on a build still in progress).
         designs = {t.design_hash(): t for t in self.tasks.values()}
         builds = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chorus-prebuild")
-        self.prebuilds = [builds.submit(prebuild, task) for task in designs.values()]
+        self.prebuilds = [builds.submit(prebuild, task, None, limits, timeouts) for task in designs.values()]
         builds.shutdown(wait=False)
 
     def __call__(self, completions, task_id, log_metric=None, trainer_state=None, **kwargs) -> list[float]:
         start = time.perf_counter()
         items = [(self.tasks[t], extract_stimulus(completion_text(c))) for c, t in zip(completions, task_id)]
-        results = score_many(items, workers=self.workers, limits=self.limits)
+        results = score_many(items, workers=self.workers, limits=self.limits, timeouts=self.timeouts)
         rewards = [float(r.score) if self.mode == "dense" else float(r.passed) for r in results]
         statuses: dict[str, int] = {}
         for r in results:
@@ -77,6 +82,7 @@ class CoverageReward:
             "mean_coverage": sum(r.score for r in results) / len(results) if results else 0.0,
             "passed": sum(bool(r.passed) for r in results),
             "statuses": statuses,
+            "sim_s": sum(r.sim_time_s for r in results),
         }
         self.calls.append(call)
         log.info("reward %s: %s", self.__name__, json.dumps(call))
@@ -122,6 +128,109 @@ def reward_log(log_history: list[dict]) -> list[dict]:
     return rows
 
 
+ROLLOUT_BACKENDS = ("auto", "generate", "continuous", "static", "vllm")
+
+
+def resolve_rollout_backend(backend: str = "auto", on_gpu: bool = False) -> str:
+    """The backend `auto` stands for: vllm on a GPU when the package is installed, else
+    continuous batching on a GPU, generate on CPU."""
+    import importlib.util
+
+    if backend not in ROLLOUT_BACKENDS:
+        raise ValueError(f"rollout backend must be one of {ROLLOUT_BACKENDS}, not {backend!r}")
+    if backend != "auto":
+        return backend
+    return ("vllm" if importlib.util.find_spec("vllm") is not None else "continuous") if on_gpu else "generate"
+
+
+def rollout_settings(backend: str = "auto", on_gpu: bool = False, vllm_memory: float = 0.3) -> dict:
+    """GRPOConfig fields of the rollout backend (config `rl.rollout_backend`): `vllm`: TRL's
+    vLLM colocate mode (vLLM shares the training GPU, `vllm_memory` of its memory); `continuous`:
+    transformers' continuous batching (`generate_batch`: paged cache, CUDA graphs);
+    `generate`: plain `generate`; `static`: plain settings, the trainer's rollouts then go
+    through chorus.generate.StaticDecoder (static_rollouts). `auto`: resolve_rollout_backend."""
+    backend = resolve_rollout_backend(backend, on_gpu)
+    if backend == "vllm":
+        return {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": vllm_memory}
+    return {"use_vllm": False, "use_transformers_continuous_batching": backend == "continuous"}
+
+
+def static_rollouts(trainer):
+    """Replace the trainer's rollout hook (TRL's `_generate_single_turn`, on the instance)
+    by chorus.generate.StaticDecoder: static KV cache, decode step replayed from a CUDA
+    graph. Same contract as TRL's plain `generate` path: completion ids up to and
+    including the first EOS, no log-probs. Sampling follows the trainer's temperature and
+    top_p (top_k, min_p and repetition penalty are not applied). One process per model copy
+    (DDP ranks are fine; not DeepSpeed ZeRO-3, whose weights are sharded)."""
+    import torch
+
+    from chorus.generate import StaticDecoder
+
+    tokenizer = trainer._tokenizer
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else trainer.eos_token_ids[0]
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        width = max(len(ids) for ids in prompt_ids)
+        input_ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+        for row, ids in enumerate(prompt_ids):  # left padding
+            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            mask[row, width - len(ids):] = 1
+        was_training = model.training
+        model.eval()
+        try:
+            tokens, lengths = StaticDecoder(model).generate(
+                input_ids, mask, max_new_tokens=trainer.max_completion_length, temperature=trainer.temperature,
+                top_p=trainer.top_p, stop_ids=list(trainer.eos_token_ids), pad_id=pad_id)
+        finally:
+            model.train(was_training)
+        return [row[: int(n)].tolist() for row, n in zip(tokens, lengths)], None
+
+    trainer._generate_single_turn = generate
+
+
+class RolloutTimer:
+    """Times the trainer's rollouts (TRL's `_generate_single_turn`, wrapped on the instance)
+    and its optimizer steps, for the breakdown of a GRPO step: generation, reward wait, and
+    the rest (log-probs, backward, optimizer)."""
+
+    def __init__(self):
+        self.generation_s = 0.0
+        self.rollout_tokens = 0
+        self.rollouts = 0
+        self.step_s: list[float] = []
+
+    def wrap(self, trainer) -> None:
+        generate = getattr(trainer, "_generate_single_turn", None)
+        if generate is None:  # a TRL without this hook: no generation timing
+            return
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            completion_ids, logprobs = generate(*args, **kwargs)
+            self.generation_s += time.perf_counter() - start
+            self.rollout_tokens += sum(len(ids) for ids in completion_ids)
+            self.rollouts += len(completion_ids)
+            return completion_ids, logprobs
+
+        trainer._generate_single_turn = timed
+
+    def callback(self):
+        from transformers import TrainerCallback
+
+        timer = self
+
+        class StepTimer(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kwargs):
+                self.start = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kwargs):
+                timer.step_s.append(time.perf_counter() - self.start)
+
+        return StepTimer()
+
+
 def train_expert(
     model_in: str | Path,
     tasks: list[Task],
@@ -148,14 +257,18 @@ def train_expert(
     resume: bool = True,
     save_steps: int = 50,
     gradient_checkpointing: bool = False,
-    use_vllm: bool = False,
+    rollout_backend: str = "auto",
+    sim_timeouts: TimeoutPolicy | None = None,
     extra_args: dict | None = None,
 ) -> dict:
     """GRPO from `model_in` on `tasks`; the expert lands in `out_dir` atomically with
     `rl_metrics.json`. Rewards: the coverage reward (`reward`: dense | binary, weight 1)
     and `format_reward` (weight `format_weight`), separate so TRL logs both. `steps`
     optimizer steps (None: `epochs` passes over the tasks); `batch_size` completions per
-    device and step, rounded to whole groups of `num_generations`. `extra_args` go to
+    device and step, rounded to whole groups of `num_generations`. `rollout_backend`: see
+    rollout_settings; `sim_timeouts`: per-task simulation limits (chorus.harness.timeouts).
+    The metrics break the run down into generation, reward wait and the rest (log-probs,
+    backward, optimizer), with rollout tokens/s and simulations/s. `extra_args` go to
     GRPOConfig as they are."""
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
@@ -168,10 +281,22 @@ def train_expert(
     tokenizer = load_tokenizer(model_in)
     flags = precision_flags(device, bf16=bf16, use_cpu=use_cpu)
     model = AutoModelForCausalLM.from_pretrained(model_in, dtype="bfloat16" if flags["bf16"] else "float32")
-    coverage = CoverageReward(tasks, reward, sim_workers, sim_limits)
+    coverage = CoverageReward(tasks, reward, sim_workers, sim_limits, sim_timeouts)
     # the generation batch must hold whole groups of num_generations completions
     batch = max(batch_size, num_generations)
     batch -= batch % num_generations
+    rollout_backend = resolve_rollout_backend(rollout_backend, on_gpu=not flags["use_cpu"])
+    if rollout_backend == "static" and deepspeed_config:
+        raise ValueError("rollout_backend static needs whole weights in each process: not with DeepSpeed")
+    rollout = rollout_settings(rollout_backend)
+    if rollout.get("use_transformers_continuous_batching") and flags["use_cpu"]:
+        from chorus.generate import continuous_batching_kwargs
+        from chorus.prompts import render_prompt
+
+        longest = max(len(tokenizer(render_prompt(tokenizer, build_prompt(t)), add_special_tokens=False)["input_ids"])
+                      for t in tasks)
+        rollout["transformers_continuous_batching_config"] = continuous_batching_kwargs(
+            "cpu", longest, max_completion_length, batch * grad_accum)
     config = dict(
         output_dir=str(work_dir),
         max_steps=steps if steps else -1,
@@ -193,8 +318,8 @@ def train_expert(
         data_seed=seed,
         deepspeed=deepspeed_config,
         gradient_checkpointing=gradient_checkpointing,
-        use_vllm=use_vllm,
         dataloader_num_workers=0,
+        **rollout,
         **flags,
     )
     args = GRPOConfig(**{**config, **(extra_args or {})})
@@ -206,10 +331,16 @@ def train_expert(
         processing_class=tokenizer,
         callbacks=[stage_callback()],
     )
+    if rollout_backend == "static":
+        static_rollouts(trainer)
+    timer = RolloutTimer()
+    timer.wrap(trainer)
+    trainer.add_callback(timer.callback())
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_from)
     runtime = time.perf_counter() - start
     reward_wall = sum(c["wall_s"] for c in coverage.calls)
+    steps_s = sum(timer.step_s)
     metrics = {
         "model_in": str(model_in),
         "tasks": [t.id for t in tasks],
@@ -219,6 +350,20 @@ def train_expert(
         "runtime_s": runtime,
         "reward_wall_s": reward_wall,
         "reward_time_fraction": reward_wall / runtime if runtime else None,
+        "rollout_backend": rollout_backend,
+        "breakdown": {
+            "steps_s": steps_s,
+            "generation_s": timer.generation_s,
+            "reward_wait_s": reward_wall,
+            # log-probs, loss, backward and optimizer: the step minus rollout and rewards
+            "train_other_s": max(steps_s - timer.generation_s - reward_wall, 0.0),
+            "reward_wait_fraction": reward_wall / steps_s if steps_s else None,
+            "rollouts": timer.rollouts,
+            "rollout_tokens": timer.rollout_tokens,
+            "rollout_tokens_per_s": timer.rollout_tokens / timer.generation_s if timer.generation_s else None,
+            "simulations": sum(c["n"] for c in coverage.calls),
+            "simulations_per_s": sum(c["n"] for c in coverage.calls) / reward_wall if reward_wall else None,
+        },
         "rewards_per_step": reward_log(trainer.state.log_history),
         "reward_calls": coverage.calls,
         "log_history": trainer.state.log_history,
@@ -266,6 +411,8 @@ def train_expert_job(
         save_steps=expert.get("save_steps", 50),
         sim_workers=max(1, job_cpus // ranks),
         sim_limits=SandboxLimits(timeout_s=simulation["timeout_s"], mem_mb=simulation["mem_mb"]),
+        sim_timeouts=TimeoutPolicy.from_config(simulation),
+        rollout_backend=expert.get("rollout_backend", "auto"),
         device=device,
         deepspeed_config=deepspeed_config,
     )

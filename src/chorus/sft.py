@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -56,19 +57,30 @@ def precision_flags(device: str | None = None, *, bf16: bool | None = None, use_
     return {"bf16": bool(bf16), "use_cpu": bool(use_cpu)}
 
 
-def kernel_settings(attn: str = "auto", liger: bool | str = "auto", on_gpu: bool = False) -> dict:
+# Training FLOPs (6 x parameters x tokens) from which `auto` compiles flex_attention +
+# Liger: below, the one-off compile (451 s cold for a 1.3B model) costs more than it saves
+# (11.7k -> 48.1k tokens/s: 6.5e-5 s per token, so ~7M tokens x 6 x 1.31e9 params).
+# benchmarks/rl_loop.py measures the first step both ways; config `sft.compile_min_flops`.
+COMPILE_MIN_FLOPS = 5.5e16
+
+
+def kernel_settings(attn: str = "auto", liger: bool | str = "auto", on_gpu: bool = False,
+                    train_flops: float | None = None, compile_min_flops: float | None = COMPILE_MIN_FLOPS) -> dict:
     """Attention and fused kernels for training (config `sft.attention`, `sft.liger_kernel`).
     `flex_attention` (GPU only: it has no CPU backward) trains on padding-free packed
     rows, each example attending only to itself; with Liger's fused kernels it took a
     1.3B model's SFT on one H200 from 13% to 54-59% MFU through the workflow's launcher,
     42% under DeepSpeed ZeRO-2 (benchmarks/README.md). The price: a fresh process spends
     5-8 min in torch.compile before its first step (config `compile_cache` keeps it).
-    "auto" (the default) picks them on a GPU (Liger when installed) and `sdpa` on padded
-    rows on CPU."""
+    "auto" (the default) picks them on a GPU (Liger when installed) for jobs whose
+    `train_flops` (6 x parameters x tokens; None = unknown) reach `compile_min_flops`
+    (None: always), where the compile pays for itself, and `sdpa` on padded rows on CPU
+    and for shorter jobs."""
+    compiled_pays = on_gpu and (compile_min_flops is None or train_flops is None or train_flops >= compile_min_flops)
     if attn == "auto":
-        attn = "flex_attention" if on_gpu else "sdpa"
+        attn = "flex_attention" if compiled_pays else "sdpa"
     if liger == "auto":
-        liger = on_gpu and importlib.util.find_spec("liger_kernel") is not None
+        liger = compiled_pays and importlib.util.find_spec("liger_kernel") is not None
     padding_free = attn in ("flex_attention", "flash_attention_2", "flash_attention_3")
     return {"attn_implementation": attn, "padding_free": padding_free, "use_liger_kernel": bool(liger)}
 
@@ -120,10 +132,13 @@ def stage_callback():
             self.tokens = self.steps = self.seconds = 0
             self.warm = None  # (tokens seen, time) once the warm-up steps are done
             self.steady_tokens_per_s = None
+            self.first_step_s = None  # train start to the end of the first step: compile included
 
         def on_step_end(self, args, state, control, **kwargs):
             if state.max_steps and state.global_step >= state.max_steps:
                 control.should_save = False
+            if self.first_step_s is None:
+                self.first_step_s = time.perf_counter() - self.t0
             if state.global_step - self.steps0 == WARMUP_STEPS:
                 self.warm = (state.num_input_tokens_seen, time.perf_counter())
 
@@ -137,6 +152,24 @@ def stage_callback():
                 self.steady_tokens_per_s = (state.num_input_tokens_seen - warm_tokens) / (now - warm_time)
 
     return StageCallback()
+
+
+def estimate_train_flops(model_in: str | Path, dataset, tokenizer, *, epochs: float, max_steps: int,
+                         examples_per_step: int) -> float:
+    """6 x parameters x the tokens this call will train on (every row's message text
+    tokenized; `max_steps` > 0 caps the examples at max_steps x examples_per_step)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):  # the parameter count without weights
+        params = sum(p.numel() for p in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_in))
+                     .parameters())
+    texts = [m["content"] for row in dataset for part in ("prompt", "completion") for m in row[part]]
+    tokens_per_epoch = sum(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+    examples = len(dataset) * epochs
+    if max_steps and max_steps > 0:
+        examples = min(examples, max_steps * examples_per_step) if epochs else max_steps * examples_per_step
+    return 6.0 * params * tokens_per_epoch * examples / max(len(dataset), 1)
 
 
 def train_stage(
@@ -161,6 +194,7 @@ def train_stage(
     attn: str = "auto",
     liger: bool | str = "auto",
     packing: bool | str = "auto",
+    compile_min_flops: float | None = COMPILE_MIN_FLOPS,
     lr_scheduler_type: str = "cosine",
     warmup: float = 0.0,
     callbacks: list | None = None,
@@ -172,7 +206,8 @@ def train_stage(
     steps, train_loss, first_loss, last_loss, losses, tokens (non-padding input tokens of
     this call), tokens_per_s, steady_tokens_per_s (after WARMUP_STEPS), runtime_s,
     examples, resumed_from. `callbacks` go to the trainer, `extra_args` to SFTConfig as
-    they are. `attn`/`liger`: see kernel_settings;
+    they are. `attn`/`liger`: see kernel_settings (`compile_min_flops`: the job size from
+    which `auto` compiles; first_step_s in the metrics shows what the compile cost);
     `packing` packs several examples per row (best-fit decreasing); it needs padding-free
     kernels, and "auto" packs whenever they are on (TRL enforces `max_length` on
     padding-free batches only by packing)."""
@@ -187,7 +222,14 @@ def train_stage(
     dataset = dataset.select_columns(["prompt", "completion"])
     tokenizer = load_tokenizer(model_in)
     flags = precision_flags(device, bf16=bf16, use_cpu=use_cpu)
-    kernels = kernel_settings(attn, liger, on_gpu=not flags["use_cpu"])
+    on_gpu = not flags["use_cpu"]
+    train_flops = None
+    if on_gpu and "auto" in (attn, liger) and compile_min_flops is not None:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        train_flops = estimate_train_flops(model_in, dataset, tokenizer, epochs=epochs, max_steps=max_steps,
+                                           examples_per_step=batch_size * grad_accum * world)
+    kernels = kernel_settings(attn, liger, on_gpu=on_gpu, train_flops=train_flops,
+                              compile_min_flops=compile_min_flops)
     model = AutoModelForCausalLM.from_pretrained(model_in, dtype="bfloat16" if flags["bf16"] else "float32",
                                                  attn_implementation=kernels["attn_implementation"])
     config = dict(
@@ -239,6 +281,8 @@ def train_stage(
         "tokens": throughput.tokens,
         "tokens_per_s": throughput.tokens / throughput.seconds if throughput.seconds else None,
         "steady_tokens_per_s": throughput.steady_tokens_per_s,
+        "first_step_s": throughput.first_step_s,
+        "train_flops_estimate": train_flops,
         "examples": len(dataset),
         "epochs": epochs,
         "lr": lr,

@@ -13,6 +13,7 @@ from pathlib import Path
 from chorus.harness.build import BuildError, ensure_build
 from chorus.harness.coverage import coverage_fractions
 from chorus.harness.sandbox import SandboxLimits, run_candidate
+from chorus.harness.timeouts import TimeoutPolicy, task_limits
 from chorus.tasks import AVERAGE, Task
 
 STATUSES = (
@@ -92,9 +93,12 @@ def score(
     limits: SandboxLimits | None = None,
     cache_dir: str | Path | None = None,
     seed: int = 0,
+    timeouts: TimeoutPolicy | None = None,
 ) -> SimResult:
     """Simulate one candidate stimulus for `task`; never raises for a bad candidate.
-    SystemVerilog testbench tasks (answer_language systemverilog) go to harness.svtb."""
+    `timeouts`: the task's own wall-clock limit from its reference's simulation time
+    (chorus.harness.timeouts), `limits.timeout_s` being the ceiling. SystemVerilog
+    testbench tasks (answer_language systemverilog) go to harness.svtb."""
     if task.answer_language == "systemverilog":
         from chorus.harness.svtb import score_testbench
 
@@ -109,7 +113,8 @@ def score(
     except Exception as err:  # cache folder unusable, toolchain missing, ...
         return SimResult(task.id, False, 0.0, "build_error", detail=f"build failed: {err!r}")
     try:
-        run = run_candidate(stimulus_text, build_dir, task.toplevel, limits or SandboxLimits(), seed)
+        limits = task_limits(task, build_dir, limits or SandboxLimits(), timeouts)
+        run = run_candidate(stimulus_text, build_dir, task.toplevel, limits, seed)
         return judge(task, run)
     except Exception as err:  # the sandbox itself failed: report, never crash the caller
         return SimResult(task.id, False, 0.0, "sandbox_error", detail=repr(err))
@@ -159,6 +164,7 @@ def score_many(
     limits: SandboxLimits | None = None,
     cache_dir: str | Path | None = None,
     seeds: list[int] | None = None,
+    timeouts: TimeoutPolicy | None = None,
 ) -> list[SimResult]:
     """Score many (task, stimulus) pairs in parallel; results in the order of `items`.
 
@@ -173,23 +179,27 @@ def score_many(
         return list(
             pool.map(
                 lambda item_seed: score(
-                    item_seed[0][0], item_seed[0][1], limits=limits, cache_dir=cache_dir, seed=item_seed[1]
+                    item_seed[0][0], item_seed[0][1], limits=limits, cache_dir=cache_dir, seed=item_seed[1],
+                    timeouts=timeouts,
                 ),
                 zip(items, seeds),
             )
         )
 
 
-def prebuild(task: Task, cache_dir=None) -> None:
-    """Compile `task`'s design into the cache now; a failure is reported per candidate
-    later by score()."""
+def prebuild(task: Task, cache_dir=None, limits: SandboxLimits | None = None,
+             timeouts: TimeoutPolicy | None = None) -> None:
+    """Compile `task`'s design into the cache now (and, with `timeouts`, measure its
+    reference's simulation time); a failure is reported per candidate later by score()."""
     try:
         if task.answer_language == "systemverilog":
             from chorus.harness.svtb import ensure_sv_build
 
             ensure_sv_build(task, cache_dir)
         else:
-            ensure_build(task, cache_dir)
+            build_dir = ensure_build(task, cache_dir)
+            if timeouts is not None:
+                task_limits(task, build_dir, limits or SandboxLimits(), timeouts)
     except Exception:
         pass  # reported per candidate by score()
 
@@ -225,6 +235,7 @@ def score_generations(
     limits: SandboxLimits | None = None,
     cache_dir: str | Path | None = None,
     resume: bool = True,
+    timeouts: TimeoutPolicy | None = None,
 ) -> list[dict]:
     """Score generation rows ({task_id, sample_id, completion}) and write one result row
     per sample to `out_jsonl`.
@@ -261,6 +272,7 @@ def score_generations(
             limits=limits,
             cache_dir=cache_dir,
             seed=sample_seed(row["sample_id"]),
+            timeouts=timeouts,
         )
         record = flatten_result(row, result)
         with lock:

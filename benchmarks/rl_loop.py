@@ -1,0 +1,472 @@
+"""The RL loop at hardware speed (issue 15): sampling, GRPO breakdown, SFT cold start.
+
+One command on the GPU machine (under 9 minutes), with the project's own code paths:
+  (a) evaluation sampler tokens/s, prompts of ~1k tokens, 512 new tokens, batch 64 (and
+      256): plain `generate` vs transformers' continuous batching (`generate_batch`, the
+      `auto` sampler on a GPU without vLLM), engine-only and end to end through
+      `chorus.generate.sample_completions`;
+  (b) one GRPO expert end to end (`chorus.rl.train_expert`, rollouts through the `auto`
+      backend, per-task simulation timeouts): generation, reward wait, the rest
+      (log-probs, backward, optimizer), rollout tokens/s, simulations/s; and one reward
+      call on runnable completions (references) with a hanging straggler among them;
+  (c) the first SFT step (`chorus.sft.train_stage`) with sdpa and with the compiled
+      kernels (flex_attention + Liger), each in a fresh process with an empty compile
+      cache, then the compiled one again with the cache warm; from these and the steady
+      rates, the job size (training FLOPs) from which compiling pays
+      (config `sft.compile_min_flops`).
+The model: `--model DIR` (a Hugging Face folder, e.g. SmolLM2-135M-Instruct converted),
+else a random-init model of SmolLM2-135M's shape (config only, no download).
+Writes `--out` (default benchmarks/results/rl_loop_h200.json) after every section with
+the keys generate_tokens_per_s, rollout_tokens_per_s, reward_wait_fraction,
+sft_first_step_s and `details`. `--smoke`: tiny sizes on CPU (tests/test_rl_speed.py).
+
+  USE_HUB_KERNELS=0 PYTHONPATH=src python3 benchmarks/rl_loop.py --model /root/smollm2 --out $OUT/rl_loop_h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("USE_HUB_KERNELS", "0")  # transformers 5.25: hub kernels need the network
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+# SmolLM2-135M: Llama, 30 layers, hidden 576, 9 heads (3 KV), MLP 1536, vocab 49152, tied.
+SMOLLM2_135M = dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                    intermediate_size=1536, vocab_size=49152, max_position_embeddings=8192,
+                    tie_word_embeddings=True, rope_theta=100000.0)
+TINY = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+            intermediate_size=64, vocab_size=512, max_position_embeddings=4096, tie_word_embeddings=True)
+FULL = dict(batch=64, big_batch=256, prompt_tokens=1000, new_tokens=512, grpo_steps=4, grpo_tasks=4,
+            num_generations=8, completion_len=512, sft_steps=8, reward_copies=8, eval_tasks=None)
+SMOKE = dict(batch=4, big_batch=8, prompt_tokens=200, new_tokens=8, grpo_steps=1, grpo_tasks=2,
+             num_generations=2, completion_len=8, sft_steps=2, reward_copies=1, eval_tasks=2)
+
+
+class Report:
+    """The result file, rewritten after every section so a cut-short run keeps its figures."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.data = {"generate_tokens_per_s": None, "rollout_tokens_per_s": None, "reward_wait_fraction": None,
+                     "sft_first_step_s": None, "details": {}}
+
+    def detail(self, section: str, value) -> None:
+        self.data["details"][section] = value
+        self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.data, indent=2, default=str) + "\n")
+        print(json.dumps({k: v for k, v in self.data.items() if k != "details"}), flush=True)
+
+
+def build_model(root: Path, shape: dict, tasks) -> Path:
+    """A random-init Llama of `shape` with the project's BPE tokenizer (trained on the task
+    text; the model's vocabulary is `shape`'s, larger than the tokenizer's, so the logits
+    cost what the real model's do)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from chorus.modeling import save_model_atomically, task_corpus, train_tokenizer
+
+    tokenizer = train_tokenizer(task_corpus(tasks), min(shape["vocab_size"], 2048))
+    config = LlamaConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, **shape)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    out = root / "model"
+    save_model_atomically(model.to(torch.bfloat16 if torch.cuda.is_available() else torch.float32), tokenizer, out)
+    return out
+
+
+def prompt_ids(tokenizer, tasks, length: int, count: int) -> list[list[int]]:
+    """`count` prompts cycling over the tasks' rendered prompts, cut to their last `length`
+    tokens (the generation prompt stays at the end)."""
+    from chorus.prompts import build_prompt, render_prompt
+
+    rendered = [tokenizer(render_prompt(tokenizer, build_prompt(t)), add_special_tokens=False)["input_ids"][-length:]
+                for t in tasks]
+    return [rendered[i % len(rendered)] for i in range(count)]
+
+
+def sync():
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def bench_generation(model_dir: Path, tasks, sizes: dict, device: str, deadline: float, report: Report) -> None:
+    """Engine tokens/s of plain generate, the static decoder (CUDA graph) and continuous
+    batching on the same prompts (EOS set to an id the random model practically never
+    draws: every request decodes `new_tokens`), then the eval sampler end to end. Variants
+    are skipped once the section's `deadline` has passed."""
+    import torch
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    from chorus.generate import StaticDecoder, continuous_batching_kwargs, sample_completions
+    from chorus.modeling import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(model_dir, device)
+    model.eval()
+    new = sizes["new_tokens"]
+    rare = model.config.vocab_size - 1
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    sampling = dict(do_sample=True, temperature=0.8, top_p=0.95, top_k=None)
+    results: dict = {"device": device, "new_tokens": new}
+
+    def padded(batch: int):
+        tokenizer.padding_side = "left"
+        ids = prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], batch)
+        return tokenizer.pad({"input_ids": ids}, return_tensors="pt")
+
+    def plain(batch: int) -> dict:
+        inputs = padded(batch).to(device)
+        kwargs = dict(max_new_tokens=new, pad_token_id=pad, eos_token_id=rare, **sampling)
+        with torch.no_grad():
+            model.generate(**inputs, **{**kwargs, "max_new_tokens": 4})  # CUDA/cuBLAS start-up
+            sync()
+            start = time.perf_counter()
+            out = model.generate(**inputs, **kwargs)
+            sync()
+        seconds = time.perf_counter() - start
+        tokens = int(out.shape[0] * (out.shape[1] - inputs["input_ids"].shape[1]))
+        return {"batch": batch, "prompt_tokens": int(inputs["input_ids"].shape[1]), "seconds": seconds,
+                "new_tokens": tokens, "tokens_per_s": tokens / seconds, "ms_per_step": 1000 * seconds / new}
+
+    def static(batch: int) -> dict:
+        inputs = padded(batch)
+        decoder = StaticDecoder(model)
+        runs = []
+        for _ in range(2):  # the first call includes cuBLAS/SDPA start-up
+            sync()
+            start = time.perf_counter()
+            tokens, lengths = decoder.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=new,
+                                               temperature=0.8, top_p=0.95, stop_ids=[rare], pad_id=pad)
+            sync()
+            runs.append((time.perf_counter() - start, int(lengths.sum())))
+        (first_s, _), (seconds, count) = runs
+        return {"batch": batch, "prompt_tokens": int(inputs["input_ids"].shape[1]), "graph": decoder.use_graph,
+                "first_call_s": first_s, "seconds": seconds, "new_tokens": count, "tokens_per_s": count / seconds,
+                "ms_per_step": 1000 * seconds / new}
+
+    def continuous(batch: int) -> dict:
+        ids = prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], batch)
+        config = GenerationConfig(max_new_tokens=new, pad_token_id=pad, eos_token_id=rare, **sampling)
+        engine = continuous_batching_kwargs(device, max(map(len, ids)), new, batch)
+        runs = []
+        for _ in range(2):  # the first call sizes the cache and captures the CUDA graphs
+            sync()
+            start = time.perf_counter()
+            out = model.generate_batch(ids, generation_config=config, progress_bar=False,
+                                       continuous_batching_config=ContinuousBatchingConfig(seed=0, **engine))
+            sync()
+            runs.append((time.perf_counter() - start, sum(len(o.generated_tokens) for o in out.values())))
+            if runs[0][0] > 60:  # slow: one call is figure enough
+                break
+        seconds, tokens = runs[-1]
+        return {"batch": batch, "prompt_tokens": sum(map(len, ids)) / len(ids), "first_call_s": runs[0][0],
+                "seconds": seconds, "new_tokens": tokens, "tokens_per_s": tokens / seconds}
+
+    variants = (("generate", plain, sizes["batch"]), ("static", static, sizes["batch"]),
+                ("continuous", continuous, sizes["batch"]), ("static_big_batch", static, sizes["big_batch"]),
+                ("continuous_big_batch", continuous, sizes["big_batch"]))
+    for name, run, batch in variants:
+        if time.perf_counter() > deadline:
+            results[name] = {"error": "skipped: out of the section's time budget"}
+            continue
+        try:
+            results[name] = run(batch)
+        except Exception as err:  # one failed variant must not lose the others
+            results[name] = {"error": repr(err)[:800]}
+        report.detail("generate", results)
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    # the workflow's eval sampler end to end (model load included), real EOS
+    tasks = tasks[: sizes["eval_tasks"]] if sizes["eval_tasks"] else tasks
+    k = max(1, sizes["batch"] // len(tasks))
+    for sampler in ("static", "continuous"):
+        if time.perf_counter() > deadline:
+            results[f"eval_sampler_{sampler}"] = {"error": "skipped: out of the section's time budget"}
+            continue
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                results[f"eval_sampler_{sampler}"] = sample_completions(
+                    model_dir, tasks, k, Path(tmp) / "g.jsonl", max_new_tokens=new, device=device, sampler=sampler)
+        except Exception as err:
+            results[f"eval_sampler_{sampler}"] = {"error": repr(err)[:800]}
+        report.detail("generate", results)
+    fast = {n: results[n].get("tokens_per_s") for n, _, b in variants if n != "generate" and b >= sizes["batch"]}
+    fast = {n: v for n, v in fast.items() if v}
+    if fast:
+        best = max(fast, key=fast.get)
+        report.data["generate_tokens_per_s"] = fast[best]
+        results["best"] = best
+    report.detail("generate", results)
+
+
+def bench_rewards(tasks, copies: int, workers: int, limits, report: Report) -> None:
+    """One reward call on runnable completions (each task's reference, repeated) with one
+    hanging candidate: with per-task timeouts the straggler costs its task's limit."""
+    from chorus.harness import ensure_build
+    from chorus.harness.timeouts import TimeoutPolicy, task_limits
+    from chorus.rl import CoverageReward
+
+    hang = "```python\nimport cocotb\n\n@cocotb.test()\nasync def spin(dut):\n    while True:\n        pass\n```"
+    references = ["```python\n" + t.reference_stimulus.read_text() + "```" for t in tasks]
+    completions = references * copies + [hang]
+    task_ids = [t.id for t in tasks] * copies + [tasks[0].id]
+    reward = CoverageReward(tasks, "dense", workers, limits, TimeoutPolicy())
+    for build in reward.prebuilds:  # builds and reference timings: not part of the call
+        build.result()
+    start = time.perf_counter()
+    rewards = reward(completions, task_id=task_ids)
+    seconds = time.perf_counter() - start
+    report.detail("rewards_with_straggler", {
+        "completions": len(completions), "workers": workers, "seconds": seconds,
+        "simulations_per_s": len(completions) / seconds, "mean_reward": sum(rewards) / len(rewards),
+        "statuses": reward.calls[-1]["statuses"], "ceiling_s": limits.timeout_s,
+        "task_limits_s": {t.id: task_limits(t, ensure_build(t), limits, TimeoutPolicy()).timeout_s for t in tasks},
+    })
+
+
+def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device: str, root: Path,
+               backends: list[str], deadline: float, report: Report) -> None:
+    """One GRPO expert per rollout backend, end to end, with the step breakdown."""
+    from chorus.harness.timeouts import TimeoutPolicy
+    from chorus.rl import train_expert
+
+    runs = {}
+    for backend in backends:
+        if time.perf_counter() > deadline:
+            runs[backend] = {"error": "skipped: out of the section's time budget"}
+            continue
+        try:
+            metrics = train_expert(
+                model_dir, tasks, root / f"expert-{backend}", steps=sizes["grpo_steps"],
+                num_generations=sizes["num_generations"], batch_size=sizes["num_generations"] * len(tasks),
+                max_completion_length=sizes["completion_len"], sim_workers=workers, sim_limits=limits,
+                sim_timeouts=TimeoutPolicy(), rollout_backend=backend, device=device, use_cpu=device == "cpu",
+                save_steps=10_000,
+            )
+            runs[backend] = {"steps": metrics["steps"], "runtime_s": metrics["runtime_s"],
+                             "rollout_backend": metrics["rollout_backend"], **metrics["breakdown"],
+                             "statuses": [c["statuses"] for c in metrics["reward_calls"]],
+                             "completions_per_step": sizes["num_generations"] * len(tasks)}
+        except Exception as err:
+            runs[backend] = {"error": repr(err)[:1500]}
+        report.detail("grpo", runs)
+    done = {b: r for b, r in runs.items() if r.get("rollout_tokens_per_s")}
+    if done:
+        best = max(done, key=lambda b: done[b]["rollout_tokens_per_s"])
+        report.data["rollout_tokens_per_s"] = done[best]["rollout_tokens_per_s"]
+        report.data["reward_wait_fraction"] = done[best]["reward_wait_fraction"]
+        runs["best"] = best
+    report.detail("grpo", runs)
+
+
+def sft_job(args) -> None:
+    """--sft-job: one train_stage in this (fresh) process; its metrics to --out."""
+    from chorus.sft import train_stage
+
+    metrics = train_stage(args.model, args.data, Path(args.work) / f"sft-{args.kernels}", max_steps=args.steps,
+                          batch_size=4, max_length=2048, lr=1e-5, save_steps=10_000, resume=False,
+                          attn="flex_attention" if args.kernels == "compiled" else "sdpa",
+                          liger="auto" if args.kernels == "compiled" else False, compile_min_flops=None,
+                          device=args.device, use_cpu=args.device == "cpu")
+    keep = ("steps", "runtime_s", "first_step_s", "tokens", "tokens_per_s", "steady_tokens_per_s",
+            "attn_implementation", "use_liger_kernel", "padding_free")
+    Path(args.out).write_text(json.dumps({k: metrics.get(k) for k in keep}))
+
+
+def sft_data(tasks, root: Path) -> Path:
+    from chorus.data import build_stage_dataset
+
+    data = root / "sft.jsonl"
+    rows = build_stage_dataset(tasks, {"reference": ["easy", "medium", "hard"], "format": True}, data)
+    with data.open("w") as handle:
+        for _ in range(4):
+            handle.writelines(json.dumps(r) + "\n" for r in rows)
+    return data
+
+
+class SftRun:
+    """One SFT job in a fresh process (its own compile state), sharing `cache` as
+    TORCHINDUCTOR_CACHE_DIR; optionally pinned to `cpus` so that a background compile leaves
+    the other cores to the simulations."""
+
+    def __init__(self, model_dir: Path, data: Path, root: Path, kernels: str, steps: int, device: str, cache: Path,
+                 cpus: list[int] | None = None):
+        self.out = root / f"sft-{kernels}-{time.monotonic_ns()}.json"
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO / "src")}
+        if cpus:
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(len(cpus))
+        cmd = [sys.executable, __file__, "--sft-job", "--model", str(model_dir), "--data", str(data),
+               "--work", str(root), "--kernels", kernels, "--steps", str(steps), "--device", device,
+               "--out", str(self.out)]
+        self.start = time.perf_counter()
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+
+    def result(self, timeout_s: float) -> dict:
+        try:
+            _, err = self.proc.communicate(timeout=max(timeout_s, 1))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            waited = time.perf_counter() - self.start
+            return {"error": f"did not finish within {waited:.0f} s (first step >= that, compile included)"}
+        if self.proc.returncode != 0:
+            return {"error": (err or "")[-1500:]}
+        return {**json.loads(self.out.read_text()), "job_s": time.perf_counter() - self.start}
+
+
+def bench_sft(model_dir: Path, data: Path, sizes: dict, device: str, root: Path, deadline: float,
+              background: SftRun | None, report: Report) -> None:
+    """First step (compile included) and steady tokens/s: sdpa, the compiled kernels with an
+    empty compile cache (`background`: started with the benchmark, on 4 pinned cores,
+    while the other sections ran), then with the cache warm; and the break-even job size."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cache = root / "inductor"
+    results: dict = {"steps": sizes["sft_steps"]}
+    results["sdpa"] = SftRun(model_dir, data, root, "sdpa", sizes["sft_steps"], device, cache).result(
+        deadline - time.perf_counter())
+    report.data["sft_first_step_s"] = results["sdpa"].get("first_step_s")
+    report.detail("sft", results)
+    if background is None:
+        results["compiled"] = {"error": "skipped: flex_attention needs a GPU (no CPU backward)"}
+    else:
+        results["compiled"] = {**background.result(deadline - time.perf_counter()),
+                               "note": "cold compile cache, 4 pinned cores, concurrent with the other sections"}
+        report.detail("sft", results)
+        left = deadline - time.perf_counter()
+        results["compiled_warm_cache"] = (
+            SftRun(model_dir, data, root, "compiled", sizes["sft_steps"], device, cache).result(left)
+            if left > 45 and "error" not in results["compiled"] else {"error": f"skipped ({left:.0f} s left)"})
+    report.detail("sft", results)
+    sdpa = results["sdpa"]
+    fast = next((results[n] for n in ("compiled_warm_cache", "compiled")
+                 if (results.get(n) or {}).get("steady_tokens_per_s")), None)
+    if sdpa.get("steady_tokens_per_s") and fast:
+        with torch.device("meta"):
+            params = sum(p.numel() for p in AutoModelForCausalLM.from_config(
+                AutoConfig.from_pretrained(model_dir)).parameters())
+        saved_per_token = 1 / sdpa["steady_tokens_per_s"] - 1 / fast["steady_tokens_per_s"]
+        for name in ("compiled", "compiled_warm_cache"):
+            extra = (results.get(name) or {}).get("first_step_s")
+            if extra is None:
+                continue
+            cost = extra - sdpa["first_step_s"]
+            results[f"breakeven_{name}"] = (
+                {"tokens": cost / saved_per_token, "train_flops": 6 * params * cost / saved_per_token}
+                if saved_per_token > 0 else {"tokens": None, "note": "the compiled kernels are not faster here"})
+    report.detail("sft", results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", type=Path, help="HF model folder (default: random SmolLM2-135M shape)")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "rl_loop_h200.json")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, runs on CPU")
+    parser.add_argument("--budget-s", type=float, default=480, help="stop starting work after this long")
+    parser.add_argument("--guard", action="store_true",
+                        help="keep the sandbox's import guard (the GPU image's pytest plugins import numpy -> "
+                             "ctypes, which it refuses: every candidate fails there; docs device notes)")
+    parser.add_argument("--only", nargs="*", default=["generate", "rewards", "grpo", "sft"])
+    parser.add_argument("--grpo-backends", nargs="*", default=None,
+                        help="rollout backends to run GRPO with (auto, generate, continuous, static, vllm); "
+                             "default static and continuous (--smoke: static)")
+    # internal: one SFT job in a fresh process
+    parser.add_argument("--sft-job", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--kernels", help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--device", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.sft_job:
+        return sft_job(args)
+    if args.grpo_backends is None:
+        args.grpo_backends = ["static"] if args.smoke else ["static", "continuous"]
+
+    import torch
+
+    from chorus.harness import SandboxLimits
+    from chorus.tasks import load_tasks
+
+    start = time.perf_counter()
+    deadline = start + args.budget_s
+    device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
+    sizes = SMOKE if args.smoke else FULL
+    report = Report(args.out)
+    root = Path(tempfile.mkdtemp(prefix="chorus-rl-loop-"))
+    tasks = load_tasks(splits="train")
+    try:
+        from chorus.harness.sandbox import grant_traversal
+
+        grant_traversal()  # as `make setup` does: the sandbox user must reach this Python
+    except Exception as err:
+        print(f"grant_traversal: {err!r}", flush=True)
+    model_dir = args.model or build_model(root, TINY if args.smoke else SMOLLM2_135M, tasks)
+    import transformers
+    import trl
+
+    model_name = str(args.model) if args.model else "random tiny" if args.smoke else "random SmolLM2-135M shape"
+    report.detail("env", {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                          "torch": torch.__version__, "transformers": transformers.__version__,
+                          "trl": trl.__version__, "model": model_name, "cpus": os.cpu_count(),
+                          "smoke": args.smoke, "sizes": sizes})
+    cpus = sorted(os.sched_getaffinity(0))
+    # a background compile (SFT, GPU only) gets the last 4 cores, the simulations the rest
+    compile_cpus = cpus[-4:] if device == "cuda" and len(cpus) >= 8 and "sft" in args.only else None
+    workers = max(2, len(cpus) - (5 if compile_cpus else 1))
+    data = sft_data(tasks, root)
+    background = (SftRun(model_dir, data, root, "compiled", sizes["sft_steps"], device, root / "inductor",
+                         cpus=compile_cpus) if device == "cuda" and "sft" in args.only else None)
+    limits = SandboxLimits(timeout_s=10 if args.smoke else 60, guard=args.guard)  # the ceiling
+    easy_first = sorted(tasks, key=lambda t: ("easy", "medium", "hard").index(t.difficulty))
+    grpo_tasks = easy_first[: sizes["grpo_tasks"]]
+    sections = {
+        "generate": lambda: bench_generation(model_dir, tasks, sizes, device, start + 0.35 * args.budget_s, report),
+        "rewards": lambda: bench_rewards(grpo_tasks, sizes["reward_copies"], workers, limits, report),
+        "grpo": lambda: bench_grpo(model_dir, grpo_tasks, sizes, workers, limits, device, root, args.grpo_backends,
+                                   start + 0.7 * args.budget_s, report),
+        "sft": lambda: bench_sft(model_dir, data, sizes, device, root, deadline, background, report),
+    }
+    for name, section in sections.items():
+        if name not in args.only:
+            continue
+        if time.perf_counter() > deadline:
+            report.detail(name, {"error": "skipped: out of the time budget"})
+            continue
+        began = time.perf_counter()
+        try:
+            section()
+        except Exception as err:  # one failed section must not lose the others
+            report.detail(name, {"error": repr(err)[:1500]})
+        report.data["details"].setdefault("section_s", {})[name] = time.perf_counter() - began
+        report.save()
+    if background is not None and background.proc.poll() is None:  # sft skipped: stop its compile
+        background.proc.kill()
+    report.data["details"]["total_s"] = time.perf_counter() - start
+    report.save()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""The RL loop's fast paths on CPU: the continuous-batching sampler against plain
+`generate`, GRPO rollouts through it with the step breakdown, per-task simulation
+timeouts from the reference's measured time, the compile rule of SFT's `auto` kernels,
+and the GPU benchmark's smoke mode."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+from chorus.generate import resolve_sampler, sample_completions  # noqa: E402
+from chorus.harness import SandboxLimits, ensure_build, score  # noqa: E402
+from chorus.harness.timeouts import TimeoutPolicy, reference_timing, task_limits  # noqa: E402
+from chorus.io import read_jsonl  # noqa: E402
+from chorus.modeling import build_tiny_model, task_corpus  # noqa: E402
+from chorus.rl import rollout_settings, train_expert  # noqa: E402
+from chorus.sft import estimate_train_flops, kernel_settings  # noqa: E402
+from chorus.tasks import DEFAULT_TASK_ROOT, load_task, load_tasks  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE_TASK = REPO / "tests" / "fixtures" / "tasks" / "fx_counter"
+TRAIN = load_tasks(DEFAULT_TASK_ROOT, splits="train")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    out = tmp_path_factory.mktemp("speed") / "base"
+    build_tiny_model(out, task_corpus(TRAIN), hidden_size=32, num_layers=1, num_heads=2, vocab_size=512)
+    return out
+
+
+# --- sampling ----------------------------------------------------------------------------
+
+
+def test_auto_sampler_follows_the_device():
+    assert resolve_sampler("auto", "cpu") == "generate"
+    assert resolve_sampler("auto", "cuda") in ("continuous", "vllm")
+    assert resolve_sampler("continuous", "cpu") == "continuous"
+    with pytest.raises(ValueError):
+        resolve_sampler("fast", "cpu")
+
+
+@pytest.mark.parametrize("sampler", ["continuous", "static"])
+def test_fast_samplers_match_generate_under_greedy_decoding(base, tmp_path, sampler):
+    """The same completions as `generate` (greedy; one prompt at a time, so no padding
+    changes the arithmetic), k rows per task, in order; the static decoder batched
+    (left-padded prompts of different lengths) too."""
+    tasks = TRAIN[:3]
+    plain = sample_completions(base, tasks, 2, tmp_path / "plain.jsonl", temperature=0, max_new_tokens=12,
+                               device="cpu", batch_size=1, sampler="generate")
+    fast = sample_completions(base, tasks, 2, tmp_path / "fast.jsonl", temperature=0, max_new_tokens=12,
+                              device="cpu", sampler=sampler)
+    assert (plain["sampler"], fast["sampler"]) == ("generate", sampler)
+    rows_plain, rows_fast = read_jsonl(tmp_path / "plain.jsonl"), read_jsonl(tmp_path / "fast.jsonl")
+    assert [(r["task_id"], r["sample_id"]) for r in rows_fast] == [(t.id, i) for t in tasks for i in range(2)]
+    assert [r["completion"] for r in rows_fast] == [r["completion"] for r in rows_plain]
+    assert fast["new_tokens"] == plain["new_tokens"] > 0
+
+
+def test_static_decoder_stops_like_generate(base):
+    """A stop id ends a row where `generate` ends it: same tokens up to and including the
+    stop, padding after, lengths counting the stop."""
+    import torch
+
+    from chorus.generate import StaticDecoder
+    from chorus.modeling import load_model_and_tokenizer
+    from chorus.prompts import build_prompt, render_prompt
+
+    model, tokenizer = load_model_and_tokenizer(base, "cpu")
+    model.eval()
+    tokenizer.padding_side = "left"
+    inputs = tokenizer([render_prompt(tokenizer, build_prompt(t)) for t in TRAIN[:2]], return_tensors="pt",
+                       padding=True, add_special_tokens=False)
+    decoder = StaticDecoder(model)
+    free, free_lengths = decoder.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=10,
+                                          temperature=0, pad_id=tokenizer.pad_token_id)
+    assert free.shape == (2, 10) and free_lengths.tolist() == [10, 10]
+    stop = int(free[0, 4])  # a token the first row draws at its fifth step
+    tokens, lengths = decoder.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=10,
+                                       temperature=0, stop_ids=[stop], pad_id=tokenizer.pad_token_id)
+    reference = model.generate(**inputs, max_new_tokens=10, do_sample=False, eos_token_id=stop,
+                               pad_token_id=tokenizer.pad_token_id)[:, inputs["input_ids"].shape[1]:]
+    first = free[0].tolist().index(stop)
+    assert int(lengths[0]) == first + 1 and tokens[0, : first + 1].tolist() == free[0, : first + 1].tolist()
+    assert (tokens[0, first + 1 :] == tokenizer.pad_token_id).all()
+    for row in range(2):
+        n = int(lengths[row])
+        assert tokens[row, :n].tolist() == reference[row, :n].tolist()
+    assert torch.equal(tokens[:, : reference.shape[1]], reference[:, : tokens.shape[1]])
+
+
+@pytest.mark.parametrize("sampler", ["continuous", "static"])
+def test_fast_sampling_is_seeded(base, tmp_path, sampler):
+    tasks = TRAIN[:2]
+    for name in ("a", "b"):
+        sample_completions(base, tasks, 3, tmp_path / f"{name}.jsonl", temperature=1.0, top_p=0.9,
+                           max_new_tokens=10, device="cpu", sampler=sampler, seed=7)
+    first, again = read_jsonl(tmp_path / "a.jsonl"), read_jsonl(tmp_path / "b.jsonl")
+    assert first == again
+    assert len({r["completion"] for r in first}) > 1  # sampled, not greedy
+
+
+# --- GRPO rollouts -----------------------------------------------------------------------
+
+
+def test_rollout_backends():
+    assert rollout_settings("auto", on_gpu=False) == {"use_vllm": False, "use_transformers_continuous_batching": False}
+    assert rollout_settings("continuous")["use_transformers_continuous_batching"] is True
+    assert rollout_settings("static") == rollout_settings("generate")  # the trainer's hook is swapped instead
+    assert rollout_settings("vllm") == {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3}
+    with pytest.raises(ValueError):
+        rollout_settings("fast")
+
+
+@pytest.mark.parametrize("backend", ["continuous", "static"])
+def test_grpo_rollouts_through_fast_backends_with_breakdown(base, tmp_path, backend):
+    tasks = [t for t in TRAIN if t.difficulty == "easy"][:2]
+    metrics = train_expert(base, tasks, tmp_path / "expert", steps=2, num_generations=2, batch_size=2,
+                           max_completion_length=8, sim_workers=2, use_cpu=True, rollout_backend=backend,
+                           sim_timeouts=TimeoutPolicy())
+    assert metrics["steps"] == 2
+    assert metrics["rollout_backend"] == backend
+    parts = metrics["breakdown"]
+    assert parts["rollouts"] == 4 and 0 < parts["rollout_tokens"] <= 4 * 8
+    assert parts["simulations"] == 4
+    assert 0 < parts["generation_s"] < parts["steps_s"] and 0 < parts["reward_wait_s"] < parts["steps_s"]
+    assert parts["generation_s"] + parts["reward_wait_s"] + parts["train_other_s"] == pytest.approx(parts["steps_s"])
+    assert 0 < parts["reward_wait_fraction"] < 1
+
+
+# --- per-task simulation timeouts --------------------------------------------------------
+
+
+def _fixture_copy(tmp_path: Path, reference: str | None = None):
+    """The fixture task with a reference of its own (a distinct timing cache entry)."""
+    folder = Path(shutil.copytree(FIXTURE_TASK, tmp_path / "fx_counter"))
+    task = load_task(folder)
+    text = reference if reference is not None else task.reference_stimulus.read_text()
+    task.reference_stimulus.write_text(f"{text}\n# {uuid.uuid4().hex}\n")
+    return load_task(folder)
+
+
+HANG = "import cocotb\n\n@cocotb.test()\nasync def spin(dut):\n    while True:\n        pass\n"
+
+
+def test_per_task_timeout_from_the_reference_stops_a_straggler(tmp_path):
+    task = _fixture_copy(tmp_path)
+    ceiling = SandboxLimits(timeout_s=60)
+    policy = TimeoutPolicy(factor=3.0, floor_s=2.0)
+    build = ensure_build(task)
+    # concurrent scorers measure the reference once and share the cached figure
+    seen = []
+    threads = [threading.Thread(target=lambda: seen.append(reference_timing(task, build, ceiling))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 3 and seen[0] == seen[1] == seen[2] and seen[0]["passed"]
+    cached = list(build.glob("reference_time_*.json"))
+    assert seen[0] in [json.loads(p.read_text()) for p in cached]
+    limits = task_limits(task, build, ceiling, policy)
+    assert limits.timeout_s == pytest.approx(max(2.0, 3.0 * seen[0]["wall_s"]))
+    assert limits.timeout_s < ceiling.timeout_s and limits.mem_mb == ceiling.mem_mb
+    result = score(task, HANG, limits=ceiling, timeouts=policy)
+    assert result.status == "timeout" and not result.passed
+    assert result.sim_time_s < ceiling.timeout_s  # stopped by the task's limit, not the ceiling
+    # the reference still passes under its task's limit
+    assert score(task, task.reference_stimulus.read_text(), limits=ceiling, timeouts=policy).passed
+
+
+def test_no_per_task_limit_without_a_passing_reference(tmp_path):
+    task = _fixture_copy(tmp_path, reference="raise RuntimeError('not a testbench')")
+    ceiling = SandboxLimits(timeout_s=45)
+    assert task_limits(task, ensure_build(task), ceiling, TimeoutPolicy()).timeout_s == 45
+    assert task_limits(task, ensure_build(task), ceiling, None) is ceiling
+    assert TimeoutPolicy.from_config({"timeout_factor": None}) is None
+    assert TimeoutPolicy.from_config({"timeout_factor": 4, "timeout_floor_s": 1}) == TimeoutPolicy(4.0, 1.0)
+
+
+# --- SFT kernels --------------------------------------------------------------------------
+
+
+def test_auto_compiles_kernels_only_for_jobs_that_pay(base, tmp_path):
+    small = kernel_settings("auto", "auto", on_gpu=True, train_flops=1e12, compile_min_flops=5.5e16)
+    large = kernel_settings("auto", "auto", on_gpu=True, train_flops=1e18, compile_min_flops=5.5e16)
+    assert small == {"attn_implementation": "sdpa", "padding_free": False, "use_liger_kernel": False}
+    assert large["attn_implementation"] == "flex_attention" and large["padding_free"]
+    assert kernel_settings("auto", "auto", on_gpu=True, train_flops=1e12, compile_min_flops=None)["padding_free"]
+    assert kernel_settings("flex_attention", False, on_gpu=True, train_flops=1, compile_min_flops=1e20)[
+        "attn_implementation"] == "flex_attention"  # explicit wins
+    assert kernel_settings("auto", "auto", on_gpu=False, train_flops=1e20)["attn_implementation"] == "sdpa"
+
+    from datasets import load_dataset
+
+    from chorus.data import build_stage_dataset
+    from chorus.modeling import load_tokenizer
+
+    build_stage_dataset(TRAIN[:3], {"format": True}, tmp_path / "d.jsonl")
+    data = load_dataset("json", data_files=str(tmp_path / "d.jsonl"), split="train")
+    tokenizer = load_tokenizer(base)
+    one = estimate_train_flops(base, data, tokenizer, epochs=1, max_steps=-1, examples_per_step=2)
+    assert one > 0
+    assert estimate_train_flops(base, data, tokenizer, epochs=2, max_steps=-1, examples_per_step=2) == \
+        pytest.approx(2 * one)
+    assert estimate_train_flops(base, data, tokenizer, epochs=2, max_steps=1, examples_per_step=1) == \
+        pytest.approx(one / len(data))
+
+
+# --- the GPU benchmark, smoke mode --------------------------------------------------------
+
+
+def test_rl_loop_benchmark_smoke(tmp_path):
+    out = tmp_path / "rl_loop.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "rl_loop.py"), "--smoke", "--out", str(out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    result = json.loads(out.read_text())
+    for key in ("generate_tokens_per_s", "rollout_tokens_per_s", "reward_wait_fraction", "sft_first_step_s"):
+        assert isinstance(result[key], (int, float)) and result[key] > 0, (key, result[key])
+    assert {"generate", "grpo", "sft"} <= result["details"].keys()
+    assert result["details"]["generate"]["continuous"]["tokens_per_s"] > 0
+    assert result["details"]["generate"]["generate"]["tokens_per_s"] > 0
