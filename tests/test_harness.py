@@ -2,6 +2,7 @@
 
 import json
 import multiprocessing
+import os
 import shutil
 import sys
 import tempfile
@@ -220,3 +221,78 @@ def test_chorus_eval_writes_a_table_and_resumes(task, cache, tmp_path, capsys):
     # a rerun finds the finished result file and a sidecar-less state: --no-resume re-scores
     assert eval_main(argv + ["--no-resume", "--out", str(tmp_path / "again.parquet")]) == 0
     assert pd.read_parquet(tmp_path / "again.parquet")["status"].tolist() == ["ok", "runtime_error"]
+
+
+# -- the audit-hook guard: candidate code, not the environment (issue 13, part 1) --------
+from foreign_env import force_old_guard, foreign_python_env, make_plugin_path_entry  # noqa: E402
+
+GUARD_DIR = Path(__file__).resolve().parents[1] / "src" / "chorus" / "harness" / "guard"
+# what cocotb does in the simulator's Python: configure pytest (which loads every pytest11
+# plugin), then import the test module from the working folder
+COCOTB_START = """
+import importlib, sys
+from _pytest.config import Config
+Config.fromdictargs({}, ["--capture=no"])
+print("plugin loaded:", "chorus_probe_plugin" in sys.modules, flush=True)
+importlib.import_module("stimulus")
+print("stimulus ran", flush=True)
+"""
+
+
+def _guarded_python(home: Path, plugin_entry: Path, stimulus: str, mode: str):
+    import subprocess
+
+    (home / "stimulus.py").write_text(stimulus)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.pathsep.join([str(GUARD_DIR), str(home), str(plugin_entry), *sys.path[1:]]),
+        "CHORUS_GUARD": mode,
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    return subprocess.run(
+        [sys.executable, "-c", COCOTB_START], cwd=home, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_guard_allows_the_environment_and_refuses_the_candidate(tmp_path):
+    """A pytest plugin importing ctypes (and numpy) while the environment starts is not
+    the candidate: it was refused before issue 13 (every candidate failed on such a
+    Python), and is allowed now; the candidate importing ctypes itself is still refused,
+    also when ctypes is already loaded, and so is using it through a library."""
+    entry = make_plugin_path_entry(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    plain = "x = 1\n"
+    old = _guarded_python(home, entry, plain, "from_start")
+    assert old.returncode != 0 and "ctypes is not allowed in stimulus" in old.stderr
+    assert "plugin loaded" not in old.stdout  # refused inside the environment's start
+    fixed = _guarded_python(home, entry, plain, "1")
+    assert fixed.returncode == 0, fixed.stderr
+    assert "plugin loaded: True" in fixed.stdout and "stimulus ran" in fixed.stdout
+    for attack in (
+        "import ctypes\n",
+        "import importlib\nimportlib.import_module('ctypes')\n",
+        "import chorus_probe_plugin\nchorus_probe_plugin.ctypes.CDLL(None)\n",
+        "import chorus_probe_plugin\nchorus_probe_plugin.ctypes.string_at(id(1), 8)\n",
+        "import os\nos.system('true')\n",
+        "import gc\ngc.get_objects()\n",
+    ):
+        refused = _guarded_python(home, entry, attack, "1")
+        assert refused.returncode != 0 and "PermissionError: chorus sandbox" in refused.stderr, attack
+        assert "plugin loaded: True" in refused.stdout and "stimulus ran" not in refused.stdout
+
+
+def test_reference_passes_on_a_python_whose_pytest_plugin_loads_ctypes(task, cache, monkeypatch):
+    """Issue 13's measured failure, through the real simulator: the same environment
+    failed the shipped reference with the old guard and passes it now, while a candidate
+    that imports ctypes is still refused."""
+    reference = task.reference_stimulus.read_text()
+    with foreign_python_env():
+        good = score(task, reference, cache_dir=cache)
+        assert good.status == "ok" and good.passed, good.detail
+        hostile = score(task, "import ctypes\n" + reference, cache_dir=cache)
+        assert hostile.status == "runtime_error" and "ctypes is not allowed" in hostile.detail
+        assert hostile.score == 0
+        force_old_guard(monkeypatch)
+        old = score(task, reference, cache_dir=cache)
+        assert old.status == "runtime_error" and "ctypes is not allowed" in old.detail
