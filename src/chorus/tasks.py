@@ -14,7 +14,9 @@ DIFFICULTIES = ("easy", "medium", "hard")
 SPLITS = ("train", "val", "test")
 TASK_ID_RE = re.compile(r"^[a-z0-9_]+$")
 _REQUIRED = {"id", "title", "difficulty", "split", "toplevel", "rtl", "coverage_target"}
-_OPTIONAL = {"tags"}
+_OPTIONAL = {"tags", "coverage_exclude"}
+# keys of a coverage_exclude entry -> what of a coverage point they match (docs/task_format.md)
+EXCLUDE_KEYS = ("metric", "file", "line", "module", "comment")
 
 DEFAULT_TASK_ROOT = Path(__file__).resolve().parents[2] / "tasks" / "ecov"
 
@@ -37,6 +39,9 @@ class Task:
     trivial_stimulus: Path | None = None
     root: Path | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
+    # coverage points the task does not count (unreachable ones): each entry maps some of
+    # EXCLUDE_KEYS to a glob; a point matching every key of an entry is excluded
+    coverage_exclude: tuple[tuple[tuple[str, str], ...], ...] = field(default_factory=tuple)
 
     def rtl_text(self) -> dict[str, str]:
         """File name -> source text of every RTL file (what the prompt shows)."""
@@ -89,7 +94,25 @@ def validate_metadata(meta: object, where: str) -> dict:
     tags = meta.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise _fail(where, "field 'tags' must be a list of strings")
+    _validate_exclusions(meta.get("coverage_exclude", []), where)
     return meta
+
+
+def _validate_exclusions(entries: object, where: str) -> None:
+    if not isinstance(entries, list):
+        raise _fail(where, "field 'coverage_exclude' must be a list of mappings")
+    for number, entry in enumerate(entries, start=1):
+        name = f"coverage_exclude entry {number}"
+        if not isinstance(entry, dict) or not entry:
+            raise _fail(where, f"{name} must be a non-empty mapping of {', '.join(EXCLUDE_KEYS)}")
+        unknown = entry.keys() - set(EXCLUDE_KEYS)
+        if unknown:
+            raise _fail(where, f"{name}: unknown key(s) {', '.join(sorted(map(str, unknown)))} (one of {EXCLUDE_KEYS})")
+        for key, value in entry.items():
+            if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+                raise _fail(where, f"{name}: '{key}' must be a non-empty string or an integer")
+        if "metric" in entry and entry["metric"] not in METRICS:
+            raise _fail(where, f"{name}: unknown metric {entry['metric']!r} (one of {METRICS})")
 
 
 def load_task(folder: str | Path) -> Task:
@@ -130,6 +153,10 @@ def load_task(folder: str | Path) -> Task:
         trivial_stimulus=optional("stimulus/trivial.py"),
         root=folder,
         tags=tuple(meta.get("tags", [])),
+        coverage_exclude=tuple(
+            tuple(sorted((key, str(value)) for key, value in entry.items()))
+            for entry in meta.get("coverage_exclude", [])
+        ),
     )
 
 

@@ -268,8 +268,10 @@ def run_candidate(
     toplevel: str,
     limits: SandboxLimits = SandboxLimits(),
     seed: int = 0,
+    points: dict[str, list[str]] | None = None,
 ) -> SandboxResult:
-    """Simulate `stimulus_text` (a cocotb test module) against the build in `build_dir`."""
+    """Simulate `stimulus_text` (a cocotb test module) against the build in `build_dir`;
+    coverage counts the points of `points` (default: the build's points manifest)."""
     use_root = limits.drop_privileges and os.geteuid() == 0 and interpreter_reachable_by_others()
     if use_root and (blocked := blocked_for_others(Path(build_dir).resolve())):
         raise PermissionError(
@@ -334,7 +336,8 @@ def run_candidate(
         tests, failures, messages = _read_results(workdir / RESULTS_NAME)
         coverage_file = workdir / "coverage.dat"
         coverage = (
-            read_coverage_dat(coverage_file, load_points_manifest(build_dir)) if coverage_file.is_file() else None
+            read_coverage_dat(coverage_file, points if points is not None else load_points_manifest(build_dir))
+            if coverage_file.is_file() else None
         )
         try:
             confinement = json.loads((workdir / "confinement.json").read_text())

@@ -1,0 +1,16 @@
+"""Check the harness on every task's own stimuli before any candidate is scored."""
+
+from chorus.harness import SandboxLimits
+from chorus.harness.preflight import run_preflight
+from chorus.io import atomic_write_json, script_logging
+from chorus.tasks import load_manifest
+
+with script_logging(snakemake):
+    sim = snakemake.params.simulation
+    summary = run_preflight(
+        load_manifest(snakemake.input.manifest),
+        limits=SandboxLimits(timeout_s=sim["timeout_s"], mem_mb=sim["mem_mb"]),
+        workers=snakemake.threads,
+    )
+    print(f"preflight passed: {summary['checks']} stimuli of {summary['tasks']} tasks scored as expected")
+    atomic_write_json(snakemake.output.report, summary)
