@@ -73,8 +73,8 @@ def test_the_preflight_rule_passes_and_records_its_checks(tmp_path):
     config = default_config()
     config["tasks"]["root"] = str(root)
     path = write_config(tmp_path / "config.yaml", config)
-    run_snakemake(["--cores", "2", "--directory", str(tmp_path), "--configfile", str(path),
-                   "results/preflight/selfcheck.json"])
+    run_snakemake(["results/preflight/selfcheck.json", "--cores", "2", "--directory", str(tmp_path),
+                   "--configfile", str(path)])
     report = json.loads((tmp_path / "results" / "preflight" / "selfcheck.json").read_text())
     assert report["checks"] == 2 and all(r["ok"] for r in report["results"])
     assert {(r["stimulus"], r["status"]) for r in report["results"]} == {("reference", "ok"), ("trivial", "below_target")}

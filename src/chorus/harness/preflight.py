@@ -9,6 +9,7 @@ the scoring jobs' sandbox settings and resources, and stops on the first mismatc
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,11 +35,26 @@ class Check:
 
     def describe(self) -> str:
         wanted = "pass" if self.expected_pass else "fail with below_target"
-        detail = " ".join(self.result.detail.split())[-400:] or "-"
+        detail = _key_lines(self.result.detail)
         return (
             f"task {self.task_id}: {self.stimulus} stimulus should {wanted}, got status "
             f"{self.result.status} (score {self.result.score:.3f}); detail: {detail}"
         )
+
+
+_ERROR_LINE = re.compile(r"\b\w*(Error|Exception|Failure)\b.*:")
+
+
+def _key_lines(detail: str, keep: int = 3) -> str:
+    """The lines of a log tail that name an error (the last `keep`), else its end."""
+    lines = [
+        line.strip()
+        for line in detail.splitlines()
+        if _ERROR_LINE.search(line) and not line.lstrip().startswith("raise ")  # not source lines
+    ]
+    unique = list(dict.fromkeys(lines))[-keep:]
+    text = " | ".join(unique) if unique else " ".join(detail.split())
+    return text[-600:] or "-"
 
 
 class PreflightError(RuntimeError):
