@@ -19,6 +19,7 @@ report: "report/workflow.rst"
 
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/preflight.smk"
 include: "rules/sft.smk"
 include: "rules/rl.smk"
 include: "rules/merge.smk"

@@ -65,6 +65,7 @@ rule consolidate_rl:
     input:
         model=rules.consolidate_sft.output.model,
         manifest=rules.prepare_tasks.output.manifest,
+        preflight=rules.preflight.output.report,
     output:
         model=directory(PLAN.model_dir("consolidated", f"{DISTILLED}_rl")),
     log:

@@ -37,6 +37,7 @@ rule score_shard:
     input:
         generations=rules.generate.output.generations,
         manifest=rules.prepare_tasks.output.manifest,
+        preflight=rules.preflight.output.report,
     output:
         scores=f"{RESULTS}/eval/{{pool}}/{{kind}}/{{name}}/scores/shard{{shard}}.jsonl",
     log:

@@ -6,6 +6,7 @@ rule rl:
     input:
         model=lambda wc: PLAN.model_dir("sft", PLAN.expert(wc.expert)["from_stage"]),
         manifest=rules.prepare_tasks.output.manifest,
+        preflight=rules.preflight.output.report,
     output:
         model=directory(f"{RESULTS}/models/rl/{{expert}}"),
     log:

@@ -2,6 +2,8 @@
 
 import json
 import multiprocessing
+import os
+import re
 import shutil
 import sys
 import tempfile
@@ -84,11 +86,15 @@ def test_bad_rtl_is_a_build_error_and_not_rebuilt(tmp_path):
     with pytest.raises(BuildError) as err:
         ensure_build(bad, cache)
     assert "fx_counter" in err.value.log  # Verilator's message
-    start = time.monotonic()
+    # cocotb 2.x's runner reports the failed command as a RuntimeError: still remembered
+    record = cache / f"{build_key(bad)}.failed"
+    assert record.is_file() and "Command failed with return code" in record.read_text()
     result = score(bad, FIXTURE.joinpath("stimulus/reference.py").read_text(), cache_dir=cache)
     assert result.status == "build_error" and not result.passed and result.score == 0
-    assert time.monotonic() - start < 0.5  # the failure is remembered, not rebuilt
+    assert "(cached:" in result.detail and "fx_counter" in result.detail  # not rebuilt
     assert not [p for p in cache.iterdir() if p.is_dir()]  # no half build left
+    with pytest.raises(BuildError, match="failed: Command failed"):
+        ensure_build(bad, cache, retry_failed=True)  # a retry really runs Verilator again
 
 
 def _simulate_unsandboxed(task, build: Path, stimulus: Path, workdir: Path) -> Path:
@@ -187,9 +193,11 @@ def test_score_generations_resumes_without_resimulating(task, cache, tmp_path):
     out = tmp_path / "scores.jsonl"
     partial = tmp_path / "scores.jsonl.partial"
     # a previous run finished sample 0 (with a marker value) and died mid-write
-    partial.write_text(
-        '{"task_id": "fx_counter", "sample_id": 0, "passed": true, "score": 0.5, "status": "ok"}\n{"task_'
-    )
+    from chorus.harness.score import completion_digest
+
+    finished = {"task_id": "fx_counter", "sample_id": 0, "passed": True, "score": 0.5, "status": "ok",
+                "completion_sha256": completion_digest(ref)}
+    partial.write_text(json.dumps(finished) + '\n{"task_')
     results = score_generations(rows, {task.id: task}, out, workers=2, cache_dir=cache)
     assert [r["sample_id"] for r in results] == [0, 1, 2]
     assert results[0]["score"] == 0.5  # kept, not re-simulated
@@ -220,3 +228,226 @@ def test_chorus_eval_writes_a_table_and_resumes(task, cache, tmp_path, capsys):
     # a rerun finds the finished result file and a sidecar-less state: --no-resume re-scores
     assert eval_main(argv + ["--no-resume", "--out", str(tmp_path / "again.parquet")]) == 0
     assert pd.read_parquet(tmp_path / "again.parquet")["status"].tolist() == ["ok", "runtime_error"]
+
+
+# -- the audit-hook guard: candidate code, not the environment (issue 13, part 1) --------
+from foreign_env import force_old_guard, foreign_python_env, make_plugin_path_entry  # noqa: E402
+
+GUARD_DIR = Path(__file__).resolve().parents[1] / "src" / "chorus" / "harness" / "guard"
+# what cocotb does in the simulator's Python: configure pytest (which loads every pytest11
+# plugin), then import the test module from the working folder
+COCOTB_START = """
+import importlib, sys
+from _pytest.config import Config
+Config.fromdictargs({}, ["--capture=no"])
+print("plugin loaded:", "chorus_probe_plugin" in sys.modules, flush=True)
+importlib.import_module("stimulus")
+print("stimulus ran", flush=True)
+"""
+
+
+def _guarded_python(home: Path, plugin_entry: Path, stimulus: str, mode: str):
+    import subprocess
+
+    (home / "stimulus.py").write_text(stimulus)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.pathsep.join([str(GUARD_DIR), str(home), str(plugin_entry), *sys.path[1:]]),
+        "CHORUS_GUARD": mode,
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    return subprocess.run(
+        [sys.executable, "-c", COCOTB_START], cwd=home, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_guard_allows_the_environment_and_refuses_the_candidate(tmp_path):
+    """A pytest plugin importing ctypes (and numpy) while the environment starts is not
+    the candidate: it was refused before issue 13 (every candidate failed on such a
+    Python), and is allowed now; the candidate importing ctypes itself is still refused,
+    also when ctypes is already loaded, and so is using it through a library."""
+    entry = make_plugin_path_entry(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    plain = "x = 1\n"
+    old = _guarded_python(home, entry, plain, "from_start")
+    assert old.returncode != 0 and "ctypes is not allowed in stimulus" in old.stderr
+    assert "plugin loaded" not in old.stdout  # refused inside the environment's start
+    fixed = _guarded_python(home, entry, plain, "1")
+    assert fixed.returncode == 0, fixed.stderr
+    assert "plugin loaded: True" in fixed.stdout and "stimulus ran" in fixed.stdout
+    for attack in (
+        "import ctypes\n",
+        "import importlib\nimportlib.import_module('ctypes')\n",
+        "import chorus_probe_plugin\nchorus_probe_plugin.ctypes.CDLL(None)\n",
+        "import chorus_probe_plugin\nchorus_probe_plugin.ctypes.string_at(id(1), 8)\n",
+        "import os\nos.system('true')\n",
+        "import gc\ngc.get_objects()\n",
+    ):
+        refused = _guarded_python(home, entry, attack, "1")
+        assert refused.returncode != 0 and "PermissionError: chorus sandbox" in refused.stderr, attack
+        assert "plugin loaded: True" in refused.stdout and "stimulus ran" not in refused.stdout
+
+
+def test_reference_passes_on_a_python_whose_pytest_plugin_loads_ctypes(task, cache, monkeypatch):
+    """Issue 13's measured failure, through the real simulator: the same environment
+    failed the shipped reference with the old guard and passes it now, while a candidate
+    that imports ctypes is still refused."""
+    reference = task.reference_stimulus.read_text()
+    with foreign_python_env():
+        good = score(task, reference, cache_dir=cache)
+        assert good.status == "ok" and good.passed, good.detail
+        hostile = score(task, "import ctypes\n" + reference, cache_dir=cache)
+        assert hostile.status == "runtime_error" and "ctypes is not allowed" in hostile.detail
+        assert hostile.score == 0
+        force_old_guard(monkeypatch)
+        old = score(task, reference, cache_dir=cache)
+        assert old.status == "runtime_error" and "ctypes is not allowed" in old.detail
+
+
+# -- chorus-eval / score_generations bookkeeping (issue 13) -----------------------------
+def test_score_generations_keys_results_by_content(task, cache, tmp_path):
+    """A verdict belongs to (task, sample id, code): a duplicated id, 1 against "1" and
+    a stale sidecar never hand one sample's verdict to different code."""
+    from chorus.harness.score import completion_digest
+
+    ref, weak = task.reference_stimulus.read_text(), task.trivial_stimulus.read_text()
+    rows = [
+        {"task_id": task.id, "sample_id": 0, "completion": ref},
+        {"task_id": task.id, "sample_id": 0, "completion": weak},  # the same id, other code
+        {"task_id": task.id, "sample_id": 1, "completion": weak},
+        {"task_id": task.id, "sample_id": "1", "completion": ref},  # "1" is id 1, other code
+    ]
+    out = tmp_path / "scores.jsonl"
+    marker = {"task_id": task.id, "passed": True, "status": "ok"}
+    (tmp_path / "scores.jsonl.partial").write_text(
+        # an earlier run's result for the same code as sample "1": reused (marker score)
+        json.dumps(dict(marker, sample_id=1, score=0.5, completion_sha256=completion_digest(ref))) + "\n"
+        # a stale line: sample 0 of an older generations file, other code
+        + json.dumps(dict(marker, sample_id=0, score=0.25, completion_sha256=completion_digest("old"))) + "\n"
+        # the format before content keys: cannot be matched to code, not reused
+        + json.dumps(dict(marker, sample_id=1, score=0.75)) + "\n"
+    )
+    results = score_generations(rows, {task.id: task}, out, workers=2, cache_dir=cache)
+    assert [(r["sample_id"], r["status"]) for r in results] == [
+        (0, "ok"), (0, "below_target"), (1, "below_target"), ("1", "ok")
+    ]
+    assert [r["score"] for r in results][0] == 1.0 and results[3]["score"] == 0.5
+    assert [r["completion_sha256"] for r in results] == [completion_digest(r["completion"]) for r in rows]
+    assert read_jsonl(out) == results
+
+
+def test_score_generations_leaves_out_a_bad_row_and_scores_the_rest(task, cache, tmp_path, caplog):
+    rows = [
+        {"task_id": task.id, "completion": "x"},  # no sample_id
+        {"task_id": task.id, "sample_id": 3, "completion": task.reference_stimulus.read_text()},
+    ]
+    results = score_generations(rows, {task.id: task}, tmp_path / "s.jsonl", workers=1, cache_dir=cache)
+    assert [(r["sample_id"], r["status"]) for r in results] == [(3, "ok")]
+    assert "generation row 0 left out: missing field(s): sample_id" in caplog.text
+
+
+def test_chorus_eval_reports_bad_lines_with_numbers_and_scores_the_rest(task, cache, tmp_path, capsys):
+    import pandas as pd
+
+    from chorus.cli import eval_main
+
+    gens = tmp_path / "gens.jsonl"
+    good = {"task_id": task.id, "sample_id": 1, "completion": task.reference_stimulus.read_text()}
+    gens.write_text(
+        json.dumps(good) + "\n"
+        + '{"task_id": "fx_counter", "sample_id": 2, "completion": "x\n'  # line 2: broken JSON
+        + json.dumps({"task_id": task.id, "sample_id": 3}) + "\n"  # line 3: no completion
+        + "\n"
+        + "[1, 2]\n"  # line 5: not an object
+        + json.dumps({"task_id": "no_such_task", "sample_id": 6, "completion": ""}) + "\n"
+    )
+    out = tmp_path / "table.csv"
+    argv = ["--tasks", str(FIXTURE.parent), "--generations", str(gens), "--out", str(out), "--workers", "1"]
+    assert eval_main(argv) == 1  # finished, but says that lines were left out
+    err = capsys.readouterr().err
+    assert "line 2: not valid JSON" in err
+    assert "line 3: missing field(s): completion" in err
+    assert "line 5: not a JSON object" in err
+    assert "line 6: unknown task_id 'no_such_task'" in err
+    assert "1 samples scored, 1 passed, 4 line(s) left out" in err
+    assert pd.read_csv(out)["status"].tolist() == ["ok"]
+
+
+def test_cli_loader_errors_are_one_line(tmp_path, capsys):
+    from chorus.cli import eval_main, score_main
+
+    broken_root = tmp_path / "tasks"
+    shutil.copytree(FIXTURE, broken_root / "fx_counter")
+    (broken_root / "fx_counter" / "task.yaml").write_text("id: fx_counter\ntitle: [unclosed\n")
+    gens = tmp_path / "gens.jsonl"
+    gens.write_text("")
+    calls = [
+        (eval_main, ["--tasks", str(broken_root), "--generations", str(gens), "--out", str(tmp_path / "t.csv")]),
+        (eval_main, ["--tasks", str(FIXTURE.parent), "--generations", str(tmp_path / "none.jsonl"),
+                     "--out", str(tmp_path / "t.csv")]),
+        (score_main, [str(broken_root / "fx_counter"), str(FIXTURE / "stimulus" / "reference.py")]),
+        (score_main, [str(FIXTURE), str(tmp_path / "missing.py")]),
+        (score_main, ["--selfcheck", "--tasks", str(broken_root)]),
+    ]
+    for main, argv in calls:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err and ": error: " in err, err
+        assert "fx_counter" in err or "none.jsonl" in err or "missing.py" in err, err
+
+
+# -- task-level coverage: unreachable targets and excluded points (issue 13) -------------
+def _task_variant(tmp_path: Path, **changes) -> Path:
+    import yaml
+
+    folder = tmp_path / "fx_counter"
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(FIXTURE, folder)
+    meta = yaml.safe_load((folder / "task.yaml").read_text())
+    meta.update(changes)
+    (folder / "task.yaml").write_text(yaml.safe_dump(meta))
+    return folder
+
+
+def test_a_user_target_without_cover_points_is_rejected(task, cache, tmp_path):
+    """fx_counter has no SystemVerilog cover property: a `user` target could never be met,
+    so every candidate gets build_error saying so (and the preflight stops the run)."""
+    folder = _task_variant(tmp_path, coverage_target={"line": 1.0, "user": 1.0})
+    result = score(load_task(folder), task.reference_stimulus.read_text(), cache_dir=cache)
+    assert result.status == "build_error" and result.score == 0
+    assert "targets user coverage, but its design declares no such coverage point" in result.detail
+    assert "cover property" in result.detail
+
+
+def test_coverage_exclude_drops_points_from_denominators_and_hits(task, cache, tmp_path):
+    from chorus.harness.coverage import exclude_points
+    from chorus.tasks import TaskFormatError
+
+    weak = task.trivial_stimulus.read_text()
+    before = score(task, weak, cache_dir=cache)
+    assert before.coverage["line"] == 0.5  # reset only: the two points of line 12 missed
+    # exclude them (as a task would exclude unreachable points): 2 of 2 lines hit
+    folder = _task_variant(tmp_path, coverage_exclude=[{"metric": "line", "line": 12, "file": "fx_*.sv"}])
+    excluding = load_task(folder)
+    universe = load_points_manifest(ensure_build(task, cache))
+    points = exclude_points(universe, excluding.coverage_exclude)
+    assert len(points["line"]) == len(universe["line"]) - 2 and points["branch"] == universe["branch"]
+    after = score(excluding, weak, cache_dir=cache)
+    assert after.coverage["line"] == 1.0 and after.coverage["branch"] == before.coverage["branch"]
+    assert after.status == "below_target" and after.score > before.score
+    # a hit point excluded leaves the denominator and the hits: the reference still full
+    folder = _task_variant(tmp_path, coverage_exclude=[{"metric": "line", "line": "8"}])
+    assert score(load_task(folder), task.reference_stimulus.read_text(), cache_dir=cache).coverage["line"] == 1.0
+    # excluding every point of a targeted metric leaves nothing to reach
+    folder = _task_variant(tmp_path, coverage_exclude=[{"metric": "branch"}])
+    result = score(load_task(folder), weak, cache_dir=cache)
+    assert result.status == "build_error" and "no such coverage point after coverage_exclude" in result.detail
+    for bad, message in (
+        ([{"lines": 12}], "unknown key(s) lines"),
+        ([{}], "must be a non-empty mapping"),
+        ({"metric": "line"}, "must be a list of mappings"),
+        ([{"metric": "lines"}], "unknown metric 'lines'"),
+    ):
+        with pytest.raises(TaskFormatError, match=re.escape(message)):
+            load_task(_task_variant(tmp_path, coverage_exclude=bad))

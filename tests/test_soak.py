@@ -62,8 +62,9 @@ def test_the_mix_is_deterministic_and_ids_unique():
 def test_a_crashed_evaluation_resumes_without_resimulating(tmp_path):
     """A first run died after half the samples, leaving its `.partial` sidecar (and a torn
     last line). The rerun keeps those results and simulates only the rest: to prove it,
-    the first half's completions are replaced by broken code in the rerun, and their
-    verdicts (and timings) stay those of the first run."""
+    the first half's verdicts keep the first run's timings. Results are keyed by content:
+    a first-half sample whose code changed is simulated again (a stale sidecar never hands
+    a verdict to other code)."""
     tasks = {t.id: t for t in soak.soak_tasks()}
     # the slow kinds (timeouts, floods) add nothing to this check
     rows = [r for r in soak.build_mix(40, list(tasks.values()), seed=3)
@@ -75,11 +76,12 @@ def test_a_crashed_evaluation_resumes_without_resimulating(tmp_path):
     shutil.copy(tmp_path / "first.jsonl", partial)  # what the killed run had flushed
     with partial.open("a") as sidecar:
         sidecar.write('{"task_id": "torn')  # the killed writer's half-written last line
-    rerun_rows = [dict(r, completion="def broken(:\n") for r in rows[:6]] + rows[6:]
+    rerun_rows = rows[:5] + [dict(rows[5], completion="def broken(:\n")] + rows[6:]
 
     resumed = score_generations(rerun_rows, tasks, out, workers=2, limits=limits)
-    assert resumed[:6] == first  # not simulated again: no syntax_error, same sim_time_s
-    assert soak.check_results(rows, resumed) == []
+    assert resumed[:5] == first[:5]  # not simulated again: the same sim_time_s
+    assert resumed[5]["status"] == "syntax_error"  # its code changed: scored afresh
+    assert soak.check_results(rows[:5] + rows[6:], resumed[:5] + resumed[6:]) == []
     assert out.read_text().count("\n") == len(rows) and not partial.exists()
     assert soak.leftover_sandbox_processes() == []
 

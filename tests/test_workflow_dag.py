@@ -43,6 +43,7 @@ def test_dag_3_stages_4_experts_5_merges(tmp_path):
     harvested = len(experts)  # every expert samples the train tasks for distillation
     expected = {
         "prepare_tasks": 1,
+        "preflight": 1,  # every score and RL job waits for it
         "build_base_model": 1,
         "sft_data": len(stages),
         "sft": len(stages),

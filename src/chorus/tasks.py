@@ -26,7 +26,9 @@ DIFFICULTIES = ("easy", "medium", "hard")
 SPLITS = ("train", "val", "test")
 TASK_ID_RE = re.compile(r"^[a-z0-9_]+$")
 _REQUIRED = {"id", "title", "difficulty", "split", "toplevel", "rtl", "coverage_target"}
-_OPTIONAL = {"tags", "answer_language", "testbench", "coverage_average", "show_rtl"}
+_OPTIONAL = {"tags", "answer_language", "testbench", "coverage_average", "show_rtl", "coverage_exclude"}
+# keys of a coverage_exclude entry -> what of a coverage point they match (docs/task_format.md)
+EXCLUDE_KEYS = ("metric", "file", "line", "module", "comment")
 
 DEFAULT_TASK_ROOT = Path(__file__).resolve().parents[2] / "tasks" / "ecov"
 
@@ -66,6 +68,9 @@ class Task:
         if AVERAGE in self.coverage_target:
             metrics.update(m for group in self.average_groups().values() for m in group)
         return metrics
+    # coverage points the task does not count (unreachable ones): each entry maps some of
+    # EXCLUDE_KEYS to a glob; a point matching every key of an entry is excluded
+    coverage_exclude: tuple[tuple[tuple[str, str], ...], ...] = field(default_factory=tuple)
 
     def rtl_text(self) -> dict[str, str]:
         """File name -> source text of every RTL file (what the prompt shows)."""
@@ -136,6 +141,7 @@ def validate_metadata(meta: object, where: str) -> dict:
             raise _fail(where, "testbench.instance must be an instance name")
     elif testbench is not None:
         raise _fail(where, "field 'testbench' is only for answer_language systemverilog")
+    _validate_exclusions(meta.get("coverage_exclude", []), where)
     return meta
 
 
@@ -153,6 +159,23 @@ def validate_average(groups: object, where: str) -> dict[str, list[str]] | None:
         if not isinstance(metrics, list) or not metrics or any(m not in METRICS for m in metrics):
             raise _fail(where, f"coverage_average.{name} must be a non-empty list of metrics from {METRICS}")
     return groups
+
+
+def _validate_exclusions(entries: object, where: str) -> None:
+    if not isinstance(entries, list):
+        raise _fail(where, "field 'coverage_exclude' must be a list of mappings")
+    for number, entry in enumerate(entries, start=1):
+        name = f"coverage_exclude entry {number}"
+        if not isinstance(entry, dict) or not entry:
+            raise _fail(where, f"{name} must be a non-empty mapping of {', '.join(EXCLUDE_KEYS)}")
+        unknown = entry.keys() - set(EXCLUDE_KEYS)
+        if unknown:
+            raise _fail(where, f"{name}: unknown key(s) {', '.join(sorted(map(str, unknown)))} (one of {EXCLUDE_KEYS})")
+        for key, value in entry.items():
+            if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+                raise _fail(where, f"{name}: '{key}' must be a non-empty string or an integer")
+        if "metric" in entry and entry["metric"] not in METRICS:
+            raise _fail(where, f"{name}: unknown metric {entry['metric']!r} (one of {METRICS})")
 
 
 def load_task(folder: str | Path) -> Task:
@@ -203,6 +226,10 @@ def load_task(folder: str | Path) -> Task:
         instance=testbench.get("instance", "uut"),
         coverage_average={k: tuple(v) for k, v in average.items()} if average else None,
         show_rtl=meta.get("show_rtl", True),
+        coverage_exclude=tuple(
+            tuple(sorted((key, str(value)) for key, value in entry.items()))
+            for entry in meta.get("coverage_exclude", [])
+        ),
     )
 
 

@@ -77,6 +77,16 @@ POINTS_MANIFEST = "points.json"
 EMPTY_TEST = "chorus_empty_test"
 
 
+def compiler_rejected(err: BaseException) -> bool:
+    """Whether a build failed because a build command exited non-zero (the design does
+    not compile), not for a passing reason (a missing toolchain, a full disk). cocotb's
+    runner (2.x) reports such a command with a RuntimeError "Command failed with return
+    code: N"; older runners raised CalledProcessError."""
+    if isinstance(err, subprocess.CalledProcessError):
+        return True
+    return type(err) is RuntimeError and str(err).startswith("Command failed with return code")
+
+
 def _failure_record(cache_dir: Path, key: str) -> Path:
     return cache_dir / f"{key}.failed"
 
@@ -117,7 +127,7 @@ def ensure_build(task: Task, cache_dir: str | Path | None = None, retry_failed: 
         except Exception as err:
             log = log_path.read_text(errors="replace")[-4000:] if log_path.exists() else ""
             shutil.rmtree(staging, ignore_errors=True)
-            if isinstance(err, subprocess.CalledProcessError):  # Verilator said no: remember
+            if compiler_rejected(err):  # Verilator (or the C++ compiler) said no: remember
                 _atomic_write(failed, f"{err}\n{log}")
             raise BuildError(f"Verilator build of {task.id} failed: {err}", log) from err
         _write_points_manifest(task, staging)

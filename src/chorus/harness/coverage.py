@@ -8,6 +8,7 @@ with identical fields (the same point reached through several instances) are mer
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 
@@ -106,3 +107,31 @@ def coverage_universe(path: str | Path) -> dict[str, list[str]]:
 
 def coverage_fractions(counts: dict[str, tuple[int, int]]) -> dict[str, float]:
     return {m: (hit / total if total else 1.0) for m, (hit, total) in counts.items()}
+
+
+def _point_matches(fields: dict[str, str], entry: tuple[tuple[str, str], ...]) -> bool:
+    """Whether a point (its fields) matches every key of one coverage_exclude entry."""
+    page = fields.get("page", "")
+    values = {
+        "metric": PAGE_TO_METRIC.get(page.split("/", 1)[0], ""),
+        "file": fields.get("f", "").rsplit("/", 1)[-1],  # the build may come from another checkout
+        "line": fields.get("l", ""),
+        "module": page.split("/", 1)[1] if "/" in page else "",
+        "comment": fields.get("o", ""),
+    }
+    return all(fnmatch.fnmatchcase(values[key], pattern) for key, pattern in entry)
+
+
+def exclude_points(
+    universe: dict[str, list[str]], exclusions: tuple[tuple[tuple[str, str], ...], ...]
+) -> dict[str, list[str]]:
+    """The universe without the points a task excludes (task.yaml `coverage_exclude`):
+    they count neither in the denominators nor as hits."""
+    if not exclusions:
+        return universe
+    kept = {}
+    for metric, ids in universe.items():
+        kept[metric] = [
+            pid for pid in ids if not any(_point_matches(parse_fields(pid), entry) for entry in exclusions)
+        ]
+    return kept

@@ -295,8 +295,10 @@ def run_candidate(
     toplevel: str,
     limits: SandboxLimits = SandboxLimits(),
     seed: int = 0,
+    points: dict[str, list[str]] | None = None,
 ) -> SandboxResult:
-    """Simulate `stimulus_text` (a cocotb test module) against the build in `build_dir`."""
+    """Simulate `stimulus_text` (a cocotb test module) against the build in `build_dir`;
+    coverage counts the points of `points` (default: the build's points manifest)."""
     use_root = limits.drop_privileges and os.geteuid() == 0 and interpreter_reachable_by_others()
     if use_root and (blocked := blocked_for_others(Path(build_dir).resolve())):
         raise PermissionError(
@@ -362,7 +364,7 @@ def run_candidate(
         tests, failures, messages = _parse_results(_read_output(outputs, RESULTS_NAME, RESULTS_MAX_BYTES))
         dat = _read_output(outputs, COVERAGE_NAME, output_limit)
         coverage = (
-            coverage_counts(dat.decode(errors="replace"), load_points_manifest(build_dir))
+            coverage_counts(dat.decode(errors="replace"), points if points is not None else load_points_manifest(build_dir))
             if dat is not None and dat.startswith(COVERAGE_HEADER) else None
         )
         try:

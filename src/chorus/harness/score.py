@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import threading
 import zlib
@@ -10,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from chorus.harness.build import BuildError, ensure_build
-from chorus.harness.coverage import coverage_fractions
+from chorus.harness.build import BuildError, ensure_build, load_points_manifest
+from chorus.harness.coverage import coverage_fractions, exclude_points
 from chorus.harness.sandbox import SandboxLimits, run_candidate
 from chorus.harness.timeouts import TimeoutPolicy, task_limits
 from chorus.tasks import AVERAGE, Task
@@ -113,11 +115,33 @@ def score(
     except Exception as err:  # cache folder unusable, toolchain missing, ...
         return SimResult(task.id, False, 0.0, "build_error", detail=f"build failed: {err!r}")
     try:
+        points = task_points(task, build_dir)
+    except BuildError as err:
+        return SimResult(task.id, False, 0.0, "build_error", detail=str(err))
+    try:
         limits = task_limits(task, build_dir, limits or SandboxLimits(), timeouts)
-        run = run_candidate(stimulus_text, build_dir, task.toplevel, limits, seed)
+        run = run_candidate(stimulus_text, build_dir, task.toplevel, limits, seed, points)
         return judge(task, run)
     except Exception as err:  # the sandbox itself failed: report, never crash the caller
         return SimResult(task.id, False, 0.0, "sandbox_error", detail=repr(err))
+
+
+def task_points(task: Task, build_dir: Path) -> dict[str, list[str]] | None:
+    """The coverage points `task` counts: the build's manifest less the task's
+    `coverage_exclude`. Raises BuildError when a targeted metric has no point left (a
+    `user` target on a design without cover points could never pass)."""
+    universe = load_points_manifest(build_dir)
+    if universe is None:
+        return None
+    points = exclude_points(universe, task.coverage_exclude)
+    empty = sorted(m for m in set(task.coverage_target) - {AVERAGE} if not points.get(m))
+    if empty:
+        excluded = " after coverage_exclude" if task.coverage_exclude else ""
+        raise BuildError(
+            f"task {task.id} targets {', '.join(empty)} coverage, but its design declares no "
+            f"such coverage point{excluded}" + (" (no SystemVerilog cover property)" if "user" in empty else "")
+        )
+    return points
 
 
 def judge(task: Task, run) -> SimResult:
@@ -222,8 +246,57 @@ def _stimulus_extractor():
     return extract_answer
 
 
-def _sample_key(row: dict) -> tuple[str, str]:
-    return (str(row["task_id"]), str(row["sample_id"]))
+GENERATION_FIELDS = ("task_id", "sample_id", "completion")
+
+
+def completion_digest(completion: str | None) -> str:
+    """Content hash of a completion: what a stored verdict is bound to."""
+    return hashlib.sha256((completion or "").encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _sample_key(row: dict) -> tuple[str, str, str]:
+    """What a verdict belongs to: the task, the sample id (1 and "1" are one id, as they
+    are one seed) and the code itself, so a verdict is never copied onto other code
+    (duplicate ids, a stale sidecar of an earlier generations file)."""
+    digest = row.get("completion_sha256") if "completion" not in row else completion_digest(row["completion"])
+    return (str(row["task_id"]), str(row["sample_id"]), str(digest))
+
+
+def generation_problem(row, tasks: dict[str, Task] | None = None) -> str | None:
+    """Why `row` cannot be scored (None when it can)."""
+    if not isinstance(row, dict):
+        return f"not a JSON object: {type(row).__name__}"
+    missing = [f for f in GENERATION_FIELDS if f not in row]
+    if missing:
+        return f"missing field(s): {', '.join(missing)}"
+    if row["completion"] is not None and not isinstance(row["completion"], str):
+        return "field 'completion' is not a string"
+    if not isinstance(row["sample_id"], (str, int)) or isinstance(row["sample_id"], bool):
+        return "field 'sample_id' is not a string or an integer"
+    if tasks is not None and row["task_id"] not in tasks:
+        return f"unknown task_id {row['task_id']!r}"
+    return None
+
+
+def read_generations(path: str | Path, tasks: dict[str, Task] | None = None) -> tuple[list[dict], list[str]]:
+    """Rows of a generations JSONL that can be scored, and one message per line that
+    cannot ("line N: why"), so a bad line is reported, never silently dropped."""
+    rows, problems = [], []
+    with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                problems.append(f"line {number}: not valid JSON ({err.msg} at column {err.colno})")
+                continue
+            problem = generation_problem(row, tasks)
+            if problem:
+                problems.append(f"line {number}: {problem}")
+            else:
+                rows.append(row)
+    return rows, problems
 
 
 def score_generations(
@@ -238,12 +311,16 @@ def score_generations(
     timeouts: TimeoutPolicy | None = None,
 ) -> list[dict]:
     """Score generation rows ({task_id, sample_id, completion}) and write one result row
-    per sample to `out_jsonl`.
+    per scorable sample to `out_jsonl`.
 
     Each result is appended to the sidecar `<out_jsonl>.partial` (flushed and fsynced)
     the moment its sandbox finishes, so a killed run resumes (`resume=True`) without
-    re-simulating finished samples; a torn last line is ignored. `out_jsonl` itself
-    appears (atomically) only once every row has its result, in the order of `rows`.
+    re-simulating finished samples; a torn last line is ignored. Results are keyed by
+    content (`_sample_key`: task, sample id, hash of the completion, which every result
+    row carries as `completion_sha256`): a sidecar line is reused only for the very same
+    code. A row that cannot be scored (`generation_problem`) is logged and left out; the
+    rest is scored. `out_jsonl` itself appears (atomically) only once every row has its
+    result, in the order of `rows`.
     """
     from chorus.io import read_jsonl, write_jsonl
 
@@ -252,9 +329,22 @@ def score_generations(
     partial = out_jsonl.with_name(out_jsonl.name + ".partial")
     if not resume:
         partial.unlink(missing_ok=True)
+    valid = []
+    for index, row in enumerate(rows):
+        problem = generation_problem(row, tasks)
+        if problem:
+            logging.getLogger(__name__).warning("generation row %d left out: %s", index, problem)
+        else:
+            valid.append(row)
+    rows = valid
     wanted = {_sample_key(r) for r in rows}
-    done = {_sample_key(r): r for r in read_jsonl(partial) if _sample_key(r) in wanted}
-    todo: dict[tuple[str, str], dict] = {}  # a duplicated sample simulates once
+    done = {}
+    for record in read_jsonl(partial):
+        # a line of an older format (no completion hash) cannot be matched to code: re-score
+        if isinstance(record, dict) and "completion_sha256" in record and "task_id" in record and "sample_id" in record:
+            if _sample_key(record) in wanted:
+                done[_sample_key(record)] = record
+    todo: dict[tuple[str, str, str], dict] = {}  # the same sample twice simulates once
     for row in rows:
         if _sample_key(row) not in done:
             todo.setdefault(_sample_key(row), row)
@@ -288,7 +378,8 @@ def score_generations(
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for future in [pool.submit(run, row) for row in todo]:
                 future.result()
-    ordered = [done[_sample_key(r)] for r in rows]
+    # each row keeps its own ids (a verdict shared by 1 and "1" is written under each)
+    ordered = [dict(done[_sample_key(r)], task_id=r["task_id"], sample_id=r["sample_id"]) for r in rows]
     write_jsonl(out_jsonl, ordered)
     partial.unlink(missing_ok=True)
     return ordered
@@ -304,6 +395,7 @@ def flatten_result(row: dict, result: SimResult) -> dict:
         "status": result.status,
         "sim_time_s": result.sim_time_s,
         "detail": result.detail[-500:],
+        "completion_sha256": completion_digest(row["completion"]),
     }
     for metric, value in sorted(result.coverage.items()):
         record[f"cov_{metric}"] = round(value, 6)

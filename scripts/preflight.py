@@ -1,0 +1,28 @@
+"""Check the harness on every task's own stimuli before any candidate is scored; on a
+mismatch, end the job with one message (in the log and on the workflow's stderr)."""
+
+import sys
+
+from chorus.harness import SandboxLimits
+from chorus.harness.preflight import PreflightError, run_preflight
+from chorus.io import atomic_write_json, script_logging
+from chorus.tasks import load_manifest
+
+with script_logging(snakemake):
+    sim = snakemake.params.simulation
+    try:
+        summary = run_preflight(
+            load_manifest(snakemake.input.manifest),
+            limits=SandboxLimits(timeout_s=sim["timeout_s"], mem_mb=sim["mem_mb"]),
+            workers=snakemake.threads,
+        )
+    except PreflightError as err:
+        print(err)
+        failure = str(err)
+    else:
+        failure = None
+        print(f"preflight passed: {summary['checks']} stimuli of {summary['tasks']} tasks scored as expected")
+        atomic_write_json(snakemake.output.report, summary)
+if failure:
+    print(failure, file=sys.stderr)
+    sys.exit(1)

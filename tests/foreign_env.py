@@ -1,0 +1,71 @@
+"""The failure class of issue 13: a Python environment whose pytest plugin imports ctypes.
+
+cocotb configures pytest (assertion rewriting) in the simulator's Python before it
+imports the test module, and pytest then imports every `pytest11` entry point it finds.
+On ML images such a plugin (jaxtyping's, for one) imports numpy, which imports ctypes.
+This builds such a package in a world-readable temp folder, as a path entry holding the
+plugin module and its dist-info, without installing anything into the shared venv; the
+sandbox hands the scorer's sys.path to the simulator's Python, as it does site-packages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+PLUGIN = "chorus_probe_plugin"
+PLUGIN_SOURCE = '''"""A well-behaved pytest plugin that loads native code when imported."""
+import ctypes  # noqa: F401
+
+try:
+    import numpy  # noqa: F401  (numpy imports ctypes too)
+except ImportError:
+    pass
+
+LOADED = True
+'''
+
+
+def make_plugin_path_entry(parent: str | Path | None = None) -> Path:
+    """A folder that is a path entry with the plugin package installed in it."""
+    entry = Path(tempfile.mkdtemp(prefix="chorus-foreign-env-", dir=parent))
+    entry.chmod(0o755)  # the sandbox user reads it
+    (entry / f"{PLUGIN}.py").write_text(PLUGIN_SOURCE)
+    dist = entry / f"{PLUGIN}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {PLUGIN}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[pytest11]\nchorus_probe = {PLUGIN}\n")
+    for path in (entry, dist, *entry.iterdir(), *dist.iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return entry
+
+
+@contextlib.contextmanager
+def foreign_python_env():
+    """The plugin package on this process's sys.path (so on the simulator's too)."""
+    entry = make_plugin_path_entry()
+    sys.path.insert(0, str(entry))
+    try:
+        yield entry
+    finally:
+        sys.path.remove(str(entry))
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def force_old_guard(monkeypatch) -> None:
+    """Make the sandbox start the guard as it was before issue 13: refusing from the
+    first event, the environment's own start included."""
+    from chorus.harness import sandbox
+
+    original = sandbox.simulator_command
+
+    def from_start(*args, **kwargs):
+        argv, env = original(*args, **kwargs)
+        if "CHORUS_GUARD" in env:
+            env["CHORUS_GUARD"] = "from_start"
+        return argv, env
+
+    monkeypatch.setattr(sandbox, "simulator_command", from_start)
