@@ -42,8 +42,9 @@ LOG_NAME = "sim.log"
 RESULTS_NAME = "results.xml"
 COVERAGE_NAME = "coverage.dat"
 CONFINEMENT_NAME = "confinement.json"
-# written by the simulator (as the sandbox uid): others may write, not read or chmod
-SIMULATOR_WRITES = (LOG_NAME, RESULTS_NAME, COVERAGE_NAME)
+# written by the cocotb simulator (as the sandbox uid) besides the log, which every
+# command has: others may write these files, not read or chmod them
+SIMULATOR_WRITES = (RESULTS_NAME, COVERAGE_NAME)
 CONFINEMENT_MAX_BYTES = 64 * 1024
 RESULTS_MAX_BYTES = 4 * 1024 * 1024  # cocotb's xUnit report: a few KB per test
 

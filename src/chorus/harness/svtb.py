@@ -14,7 +14,11 @@ the cocotb candidates' child, namespaces, uid, rlimits, timeout):
    `$c`, ...), no DPI imports, no Verilator C++ passthrough (`` `systemc_* ``), no `bind`,
    `force`/`release` or hierarchical names into the instance: stimulus reaches the design
    through its ports only.
-3. simulate: the compiled model, confined, wall-clock limited, seeded.
+3. simulate: the compiled model, confined, wall-clock limited, seeded; coverage goes to
+   an absolute path in a root-owned output folder (`+verilator+coverage+file+`).
+The three commands share the candidate's home/; what the scorer reads (logs, the
+preprocessed texts, coverage) goes to an output folder per command and is read through
+the descriptors the scorer kept on those files (harness/outputs.py), bounded.
 Coverage is read for the instance subtree `<top>.<instance>` only and matched against the
 points the design declares in a trusted build (a wrapper that instantiates the design as
 `<instance>` with nothing connected): points the candidate's run does not report count as
