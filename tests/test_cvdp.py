@@ -274,3 +274,149 @@ def test_a_real_cvdp_file_converts_and_its_solutions_pass(tmp_path):
             failures[task.id] = (result.status, result.coverage, result.detail[-300:])
     print(f"{len(tasks)} cid012 rows, {len(solved)} with solutions, {len(solved) - len(failures)} pass")
     assert not failures
+
+
+# -- the SystemVerilog path's outputs: root-owned, read through the scorer's descriptors --
+IDLE = """`timescale 1ns/1ps
+module gf_multiplier_tb;
+  reg [3:0] A = 4'h0, B = 4'h0;
+  wire [3:0] result;
+  gf_multiplier uut (.A(A), .B(B), .result(result));
+  integer f;
+  string cov;
+  initial begin
+ATTACK    #10 $finish;
+  end
+endmodule
+"""
+
+
+def _sv_literal(text):
+    """`text` as a SystemVerilog string literal (octal escapes for control bytes)."""
+    out = []
+    for char in text:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\n")
+        elif ord(char) < 32:
+            out.append(f"\\{ord(char):03o}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def run_bounded(fn, timeout_s):
+    """fn() in a thread; fails the test instead of hanging it when fn does not return."""
+    import threading
+
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("value", fn()), daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    assert not thread.is_alive(), "the scorer hung"
+    return box["value"]
+
+
+@pytest.fixture
+def secret(tmp_path):
+    path = tmp_path / "shadow"
+    path.write_text("root:SECRET-HASH:19000::::::\n")
+    path.chmod(0o600)
+    return path
+
+
+def test_coverage_forged_in_the_testbench_home_does_not_count(gf_task, monkeypatch):
+    """With the screen bypassed ($fopen allowed), a testbench writes a coverage file that
+    claims every point of `uut` into its working folder (Verilator's default place), left
+    unclosed so it is flushed after the simulator's own write: the scorer reads only the
+    file Verilator wrote to the root-owned output folder."""
+    universe = json.loads((svtb.ensure_sv_build(gf_task) / "points.json").read_text())
+    forged = "# SystemC::Coverage-3\n" + "".join(
+        f"C '{pid}\x01h\x02gf_multiplier_tb.uut' 9\n" for ids in universe.values() for pid in ids
+    )
+    # the forgery is perfect: read as the scorer reads coverage, it claims everything
+    claimed = svtb.instance_coverage(forged, "gf_multiplier_tb", "uut", universe)
+    assert claimed and all(hit == total for hit, total in claimed.values())
+    writes = "".join(f'    $fwrite(f, "%s", {_sv_literal(line + chr(10))});\n' for line in forged.splitlines())
+    monkeypatch.setattr(svtb, "screen_testbench", lambda text, instance: None)
+    honest = score(gf_task, IDLE.replace("ATTACK", ""))
+    attacked = score(gf_task, IDLE.replace("ATTACK", '    f = $fopen("coverage.dat", "w");\n' + writes))
+    assert honest.status == "below_target", honest.detail
+    assert attacked.status == honest.status, attacked.detail
+    assert attacked.coverage == honest.coverage and attacked.score == honest.score
+
+
+# how the attack replaces one output, and how the run ends: the simulator blocks writing
+# its coverage into the FIFO (killed at the wall-clock limit), or cannot write through
+# the symlink (the host's files are read-only to it) and fails
+REPLACE_SV_OUTPUTS = {
+    "fifo": ("rm -f $d/$n; mkfifo $d/$n", "timeout"),
+    "symlink-to-secret": ("rm -f $d/$n; ln -s {secret} $d/$n", "runtime_error"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(REPLACE_SV_OUTPUTS))
+def test_testbench_replacing_its_outputs_hangs_and_leaks_nothing(gf_task, monkeypatch, secret, kind):
+    """A testbench running as the scorer's own user (no uid drop), with the screen
+    bypassed ($system allowed), finds its output folder from the coverage plusarg and
+    replaces the coverage file, the log and the confinement report with a FIFO or a
+    symlink to a secret, and the same names in its home: the scorer neither hangs nor
+    reads the secret, and no coverage counts."""
+    replace, status = REPLACE_SV_OUTPUTS[kind]
+    replace = replace.format(secret=secret)
+    script = (f"d=$(dirname %s); for n in coverage.dat sim.log confinement.json; do {replace}; done; "
+              f"d=.; for n in coverage.dat sim.log confinement.json; do {replace}; done; echo replaced")
+    attack = (f'    if (!$value$plusargs("verilator+coverage+file+%s", cov)) $fatal(1, "no coverage plusarg");\n'
+              f'    void\'($system($sformatf({_sv_literal(script)}, cov)));\n')
+    monkeypatch.setattr(svtb, "screen_testbench", lambda text, instance: None)
+    limits = SandboxLimits(timeout_s=8, drop_privileges=False)
+    result = run_bounded(lambda: score(gf_task, IDLE.replace("ATTACK", attack), limits=limits), timeout_s=300)
+    assert result.status == status and not result.passed, result.detail
+    assert result.score == 0.0 and not result.coverage
+    assert "SECRET" not in result.detail
+    if status == "runtime_error":  # the log tail: the attack ran
+        assert "replaced" in result.detail and "coverage.dat" in result.detail
+
+
+def _confined_shell(script, limits, **env):
+    """Run `script` as the candidate through run_confined in a fresh folder, with an
+    output folder like the simulate step's; returns (run, coverage bytes or None)."""
+    from chorus.harness.outputs import COVERAGE_NAME
+    from chorus.harness.sandbox import _read_output, confined_workdir, run_confined
+
+    with confined_workdir(limits) as folder, folder.outputs("simulate", writes=(COVERAGE_NAME,)) as outputs:
+        run = run_confined(["/bin/sh", "-c", script], {"PATH": "/usr/bin:/bin", "OUT": str(outputs.out), **env},
+                           folder, outputs, limits)
+        return run, _read_output(outputs, COVERAGE_NAME, 1 << 20), folder.uid
+
+
+@pytest.mark.parametrize("drop", [True, False], ids=["sandbox-uid", "scorer-uid"])
+def test_run_confined_outputs_survive_fifos_and_symlinks(secret, drop):
+    """The layout itself, the candidate a shell command: it writes its coverage, then
+    tries to replace every file of its output folder (and the names the old layout read
+    in its home) with a FIFO or a symlink to a secret. As the sandbox uid every attempt
+    fails and the coverage is read; as the scorer's own user the replacements succeed,
+    and the scorer still reads only its own descriptors: no hang, no secret, and the
+    files unlinked (coverage, confinement report) do not count."""
+    if drop and os.geteuid() != 0:
+        pytest.skip("the sandbox uid needs root")
+    script = """echo real-coverage > "$OUT/coverage.dat"
+for n in coverage.dat sim.log confinement.json job.json; do
+  if rm -f "$OUT/$n" 2>/dev/null && mkfifo "$OUT/$n" 2>/dev/null; then echo "replaced $n"; else echo "kept $n"; fi
+done
+ln -s "$OUT" out-link 2>/dev/null; ln -s "$SECRET" "$OUT/secret" 2>/dev/null
+for n in coverage.dat sim.log confinement.json design.pp all.pp; do mkfifo "$n"; done
+echo done
+"""
+    limits = SandboxLimits(timeout_s=20, drop_privileges=drop)
+    run, coverage, uid = run_bounded(lambda: _confined_shell(script, limits, SECRET=str(secret)), timeout_s=120)
+    assert run.returncode == 0 and not run.timed_out, run.log_tail
+    assert "done" in run.log_tail and "SECRET" not in run.log_tail
+    if uid is not None:
+        assert run.confinement["privileges_dropped"]  # the child's report, through its descriptor
+        assert run.log_tail.count("kept") == 4 and "replaced" not in run.log_tail, run.log_tail
+        assert coverage == b"real-coverage\n"
+    else:
+        assert "replaced coverage.dat" in run.log_tail
+        assert coverage is None and run.confinement == {}  # unlinked: refused as tampered

@@ -17,6 +17,10 @@ the candidate runs as its sandbox uid):
         confinement.json   root 0600: written by the child through a descriptor it opened
                            before dropping privileges
 
+A candidate run by several commands (a SystemVerilog testbench: preprocess, build,
+simulate; harness/svtb.py) keeps one home/ across them and gets one such output folder
+per command (`RunOutputs(root / name, ...)`), each with the files that command writes.
+
 Every output file is created empty here (O_CREAT|O_EXCL|O_NOFOLLOW) before the child
 starts, and a read descriptor to it is kept: the scorer reads that very inode after the
 run, never a path the candidate could have swapped for a symlink, a FIFO or a device. A
@@ -38,8 +42,9 @@ LOG_NAME = "sim.log"
 RESULTS_NAME = "results.xml"
 COVERAGE_NAME = "coverage.dat"
 CONFINEMENT_NAME = "confinement.json"
-# written by the simulator (as the sandbox uid): others may write, not read or chmod
-SIMULATOR_WRITES = (LOG_NAME, RESULTS_NAME, COVERAGE_NAME)
+# written by the cocotb simulator (as the sandbox uid) besides the log, which every
+# command has: others may write these files, not read or chmod them
+SIMULATOR_WRITES = (RESULTS_NAME, COVERAGE_NAME)
 CONFINEMENT_MAX_BYTES = 64 * 1024
 RESULTS_MAX_BYTES = 4 * 1024 * 1024  # cocotb's xUnit report: a few KB per test
 
@@ -86,20 +91,19 @@ def read_tail(fd: int, max_bytes: int) -> bytes:
 
 
 class RunOutputs:
-    """The folders and output files of one sandboxed run under `root` (an empty folder
-    the caller owns). `uid`: the sandbox uid the candidate runs as (None: the candidate
-    runs as the scorer's own user, and these permissions protect nothing)."""
+    """The output folder `out_dir` of one sandboxed command (made here; its parent is
+    the run's folder, beside the candidate's home/) and its files: `writes`, the files
+    the command writes as the sandbox uid, and the confinement report. `uid`: the sandbox
+    uid the candidate runs as (None: the candidate runs as the scorer's own user, and
+    these permissions protect nothing)."""
 
-    def __init__(self, root: Path, uid: int | None):
-        self.root = Path(root)
-        self.home = self.root / HOME_DIR
-        self.out = self.root / OUT_DIR
-        self.home.mkdir(mode=0o700)
+    def __init__(self, out_dir: Path, uid: int | None, writes: tuple[str, ...] = SIMULATOR_WRITES):
+        self.out = Path(out_dir)
         self.out.mkdir(mode=0o711)
         self._fds: dict[str, int] = {}
         self._modes: dict[str, int] = {}
         try:
-            for name in SIMULATOR_WRITES:
+            for name in (LOG_NAME, *writes):
                 self._modes[name] = 0o622 if uid is not None else 0o600
             self._modes[CONFINEMENT_NAME] = 0o600
             for name, mode in self._modes.items():
@@ -107,10 +111,7 @@ class RunOutputs:
         except BaseException:
             self.close()
             raise
-        if uid is not None:
-            os.chmod(self.root, 0o711)
-            os.chmod(self.out, 0o711)
-            os.chown(self.home, uid, uid)
+        os.chmod(self.out, 0o711)  # the umask does not decide who may add files
 
     def path(self, name: str) -> Path:
         return self.out / name

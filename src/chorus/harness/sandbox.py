@@ -44,10 +44,13 @@ from chorus.harness.outputs import (
     CONFINEMENT_MAX_BYTES,
     CONFINEMENT_NAME,
     COVERAGE_NAME,
+    HOME_DIR,
     JOB_NAME,
     LOG_NAME,
     RESULTS_NAME,
     RESULTS_MAX_BYTES,
+    OUT_DIR,
+    SIMULATOR_WRITES,
     OversizedOutput,
     RunOutputs,
 )
@@ -299,89 +302,33 @@ def run_candidate(
 ) -> SandboxResult:
     """Simulate `stimulus_text` (a cocotb test module) against the build in `build_dir`;
     coverage counts the points of `points` (default: the build's points manifest)."""
-    use_root = limits.drop_privileges and os.geteuid() == 0 and interpreter_reachable_by_others()
-    if use_root and (blocked := blocked_for_others(Path(build_dir).resolve())):
-        raise PermissionError(
-            f"the sandbox user cannot reach the build {build_dir}: {blocked} is not "
-            "world-traversable (keep the Verilator cache in a readable place, CHORUS_CACHE_DIR)"
-        )
-    slot_context = _sandbox_slot() if use_root else contextlib.nullcontext(None)
-    with slot_context as slot, tempfile.TemporaryDirectory(
-        prefix="chorus-cand-", dir=_workdir_parent(use_root)
-    ) as tmp, RunOutputs(Path(tmp), _slot_uid(slot)) as outputs:
-        workdir = outputs.home  # the candidate's folder; outputs.out holds what is scored
-        uid = _slot_uid(slot)
-        (workdir / f"{STIMULUS_MODULE}.py").write_text(stimulus_text)
-        command, sim_env = simulator_command(workdir, build_dir, toplevel, seed, limits.guard, outputs.out)
-        job = {
-            "command": command,
-            "env": sim_env,
-            "cwd": str(workdir),
-            "confinement_file": str(outputs.path(CONFINEMENT_NAME)),
-            "uid": uid,
-            "parent_pid": os.getpid(),  # the child dies with it
-            "isolate_network": limits.isolate_network,
-            "limits": {
-                "mem_mb": limits.mem_mb,
-                "cpu_s": limits.cpu_s or int(limits.timeout_s) + 5,
-                "nproc": limits.nproc,
-                "fsize_mb": limits.fsize_mb,
-                "nofile": limits.nofile,
-            },
-        }
-        job_path = outputs.path(JOB_NAME)  # root's, 0600: read by the child before the drop
-        with open(os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w") as handle:
-            handle.write(json.dumps(job))
-        if uid is not None:
-            for path in (workdir, *workdir.iterdir()):
-                os.chown(path, uid, uid)
-        start = time.monotonic()
-        with open(outputs.log_fd(), "wb") as log:
-            proc = subprocess.Popen(
-                # -I -S: ignore PYTHON* variables and site-packages; stdlib only. The cwd is
-                # the run's folder: the child's writable mount holds home/ and out/
-                [sys.executable, "-I", "-S", str(CHILD_SCRIPT), str(job_path)],
-                cwd=outputs.root,
-                env=_child_env(workdir),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+    with confined_workdir(limits) as folder:
+        if folder.uid is not None and (blocked := blocked_for_others(Path(build_dir).resolve())):
+            raise PermissionError(
+                f"the sandbox user cannot reach the build {build_dir}: {blocked} is not "
+                "world-traversable (keep the Verilator cache in a readable place, CHORUS_CACHE_DIR)"
             )
-            timed_out = False
-            try:
-                proc.wait(timeout=limits.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                _kill_everything(proc, uid)
-        wall = time.monotonic() - start
-        # every read goes through the descriptors RunOutputs kept on the files it created,
-        # and is bounded, whatever the candidate did to the paths (outputs.py)
-        output_limit = limits.fsize_mb * 1024 * 1024
-        log_tail = outputs.tail(LOG_NAME, LOG_TAIL_BYTES).decode(errors="replace")
-        output_limited = outputs.size(LOG_NAME) >= output_limit - 4096
-        tests, failures, messages = _parse_results(_read_output(outputs, RESULTS_NAME, RESULTS_MAX_BYTES))
-        dat = _read_output(outputs, COVERAGE_NAME, output_limit)
+        (folder.home / f"{STIMULUS_MODULE}.py").write_text(stimulus_text)
+        with folder.outputs(OUT_DIR) as outputs:  # outputs.out holds what is scored
+            command, sim_env = simulator_command(folder.home, build_dir, toplevel, seed, limits.guard, outputs.out)
+            run = run_confined(command, sim_env, folder, outputs, limits)
+            tests, failures, messages = _parse_results(_read_output(outputs, RESULTS_NAME, RESULTS_MAX_BYTES))
+            dat = _read_output(outputs, COVERAGE_NAME, limits.fsize_mb * 1024 * 1024)
         coverage = (
             coverage_counts(dat.decode(errors="replace"), points if points is not None else load_points_manifest(build_dir))
             if dat is not None and dat.startswith(COVERAGE_HEADER) else None
         )
-        try:
-            confinement = json.loads(_read_output(outputs, CONFINEMENT_NAME, CONFINEMENT_MAX_BYTES) or b"{}")
-        except ValueError:
-            confinement = {}
         return SandboxResult(
-            returncode=proc.returncode,
-            timed_out=timed_out,
-            wall_s=wall,
-            log_tail=log_tail,
-            output_limited=output_limited,
+            returncode=run.returncode,
+            timed_out=run.timed_out,
+            wall_s=run.wall_s,
+            log_tail=run.log_tail,
+            output_limited=run.output_limited,
             tests=tests,
             failures=failures,
             failure_messages=messages,
             coverage=coverage,
-            confinement=confinement if isinstance(confinement, dict) else {},
+            confinement=run.confinement,
         )
 
 
@@ -397,9 +344,39 @@ def _read_output(outputs: RunOutputs, name: str, max_bytes: int) -> bytes | None
         return None
 
 
-# -- any command, confined: the SystemVerilog testbench path (harness/svtb.py) ----------
-# The same child (_child.py) and the same confinement as run_candidate; the caller owns
-# the folder's content and may run several commands in it (build, then simulate).
+# -- one confined command: cocotb candidates and SystemVerilog testbenches ----------------
+@dataclass
+class ConfinedFolder:
+    """A candidate's run folder (`root`, root 0711 as root) with its `home` (the
+    candidate's cwd, HOME and TMPDIR; the sandbox uid's) and its sandbox `uid` (None
+    without root). Each command run in it writes to an output folder of its own beside
+    `home` (`outputs`); the commands share `home`."""
+
+    root: Path
+    home: Path
+    uid: int | None
+    handed_over: bool = False  # whether home's tree belongs to `uid` yet
+
+    def outputs(self, name: str, writes: tuple[str, ...] = SIMULATOR_WRITES) -> RunOutputs:
+        return RunOutputs(self.root / name, self.uid, writes)
+
+
+@contextlib.contextmanager
+def confined_workdir(limits: SandboxLimits = SandboxLimits()):
+    """A ConfinedFolder for one candidate: a fresh temp folder and, as root, a sandbox uid
+    of its own, both held until the block ends."""
+    use_root = limits.drop_privileges and os.geteuid() == 0 and interpreter_reachable_by_others()
+    slot_context = _sandbox_slot() if use_root else contextlib.nullcontext(None)
+    with slot_context as slot, tempfile.TemporaryDirectory(
+        prefix="chorus-cand-", dir=_workdir_parent(use_root)
+    ) as tmp:
+        folder = ConfinedFolder(Path(tmp), Path(tmp) / HOME_DIR, _slot_uid(slot))
+        folder.home.mkdir(mode=0o700)
+        if folder.uid is not None:
+            os.chmod(folder.root, 0o711)  # the candidate may enter, and change nothing here
+        yield folder
+
+
 @dataclass
 class ConfinedRun:
     returncode: int | None
@@ -410,40 +387,31 @@ class ConfinedRun:
     confinement: dict = field(default_factory=dict)
 
 
-@contextlib.contextmanager
-def confined_workdir(limits: SandboxLimits = SandboxLimits()):
-    """(folder, uid) for one candidate: a fresh temp folder and, as root, a sandbox uid
-    of its own (None without root), both held until the block ends."""
-    use_root = limits.drop_privileges and os.geteuid() == 0 and interpreter_reachable_by_others()
-    slot_context = _sandbox_slot() if use_root else contextlib.nullcontext(None)
-    with slot_context as slot, tempfile.TemporaryDirectory(
-        prefix="chorus-cand-", dir=_workdir_parent(use_root)
-    ) as tmp:
-        yield Path(tmp), (SANDBOX_UID_BASE + slot if slot is not None else None)
-
-
 def run_confined(
     command: list[str],
     env: dict[str, str],
-    workdir: Path,
-    uid: int | None,
+    folder: ConfinedFolder,
+    outputs: RunOutputs,
     limits: SandboxLimits = SandboxLimits(),
-    log_name: str = LOG_NAME,
 ) -> ConfinedRun:
-    """Run `command` with `env` in `workdir` through the sandbox child: confined exactly
-    like a cocotb candidate (network, filesystem, pid namespace, rlimits, uid, wall-clock
-    timeout, every process killed at the end). Whatever is in `workdir` is handed to the
-    sandbox uid first; stdout and stderr go to `workdir/log_name`."""
-    confinement_path = workdir / "confinement.json"
-    confinement_path.unlink(missing_ok=True)
-    os.close(os.open(confinement_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    """Run `command` with `env` in `folder.home` through the sandbox child (network,
+    filesystem, pid namespace, rlimits, uid, wall-clock timeout, every process killed at
+    the end); stdout and stderr go to `outputs`' sim.log, whatever else the command
+    writes for the scorer to files of `outputs` (absolute paths). On the first command
+    of a folder, what the scorer put into home is handed to the sandbox uid (before any
+    candidate process ran: later the tree is the candidate's and is not walked as root)."""
+    if folder.uid is not None and not folder.handed_over:
+        for dirpath, dirnames, filenames in os.walk(folder.home):
+            for name in (".", *dirnames, *filenames):
+                os.chown(os.path.join(dirpath, name), folder.uid, folder.uid, follow_symlinks=False)
+    folder.handed_over = True
     job = {
         "command": command,
         "env": env,
-        "cwd": str(workdir),
-        "confinement_file": str(confinement_path),
-        "uid": uid,
-        "parent_pid": os.getpid(),
+        "cwd": str(folder.home),
+        "confinement_file": str(outputs.path(CONFINEMENT_NAME)),
+        "uid": folder.uid,
+        "parent_pid": os.getpid(),  # the child dies with it
         "isolate_network": limits.isolate_network,
         "limits": {
             "mem_mb": limits.mem_mb,
@@ -453,20 +421,17 @@ def run_confined(
             "nofile": limits.nofile,
         },
     }
-    job_path = workdir / "job.json"
-    job_path.write_text(json.dumps(job))
-    log_path = workdir / log_name
-    log_path.unlink(missing_ok=True)
-    with open(log_path, "w+b") as log:
-        if uid is not None:
-            for dirpath, dirnames, filenames in os.walk(workdir):
-                for name in (".", *dirnames, *filenames):
-                    os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
-        start = time.monotonic()
+    job_path = outputs.path(JOB_NAME)  # root's, 0600: read by the child before the drop
+    with open(os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w") as handle:
+        handle.write(json.dumps(job))
+    start = time.monotonic()
+    with open(outputs.log_fd(), "wb") as log:
         proc = subprocess.Popen(
+            # -I -S: ignore PYTHON* variables and site-packages; stdlib only. The cwd is
+            # the run's folder: the child's writable mount holds home/ and the outputs
             [sys.executable, "-I", "-S", str(CHILD_SCRIPT), str(job_path)],
-            cwd=workdir,
-            env=_child_env(workdir),
+            cwd=folder.root,
+            env=_child_env(folder.home),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -478,23 +443,19 @@ def run_confined(
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            _kill_everything(proc, uid)
-        wall = time.monotonic() - start
-        # read through our own descriptor: the candidate may have renamed the path
-        log_size = os.fstat(log.fileno()).st_size
-        log.seek(max(0, log_size - 3000))
-        log_tail = log.read().decode(errors="replace")
+            _kill_everything(proc, folder.uid)
+    wall = time.monotonic() - start
+    # every read goes through the descriptors RunOutputs kept on the files it created,
+    # and is bounded, whatever the candidate did to the paths (outputs.py)
     try:
-        fd = os.open(workdir / "confinement.json", os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd) as handle:
-            confinement = json.loads(handle.read(4096))
-    except (OSError, ValueError):
+        confinement = json.loads(_read_output(outputs, CONFINEMENT_NAME, CONFINEMENT_MAX_BYTES) or b"{}")
+    except ValueError:
         confinement = {}
     return ConfinedRun(
         returncode=proc.returncode,
         timed_out=timed_out,
         wall_s=wall,
-        log_tail=log_tail,
-        output_limited=log_size >= limits.fsize_mb * 1024 * 1024 - 4096,
-        confinement=confinement,
+        log_tail=outputs.tail(LOG_NAME, LOG_TAIL_BYTES).decode(errors="replace"),
+        output_limited=outputs.size(LOG_NAME) >= limits.fsize_mb * 1024 * 1024 - 4096,
+        confinement=confinement if isinstance(confinement, dict) else {},
     )

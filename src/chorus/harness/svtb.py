@@ -14,7 +14,11 @@ the cocotb candidates' child, namespaces, uid, rlimits, timeout):
    `$c`, ...), no DPI imports, no Verilator C++ passthrough (`` `systemc_* ``), no `bind`,
    `force`/`release` or hierarchical names into the instance: stimulus reaches the design
    through its ports only.
-3. simulate: the compiled model, confined, wall-clock limited, seeded.
+3. simulate: the compiled model, confined, wall-clock limited, seeded; coverage goes to
+   an absolute path in a root-owned output folder (`+verilator+coverage+file+`).
+The three commands share the candidate's home/; what the scorer reads (logs, the
+preprocessed texts, coverage) goes to an output folder per command and is read through
+the descriptors the scorer kept on those files (harness/outputs.py), bounded.
 Coverage is read for the instance subtree `<top>.<instance>` only and matched against the
 points the design declares in a trusted build (a wrapper that instantiates the design as
 `<instance>` with nothing connected): points the candidate's run does not report count as
@@ -37,7 +41,8 @@ from pathlib import Path
 
 from chorus.harness.build import _atomic_write, _locked, _make_world_readable, default_cache_dir
 from chorus.harness.coverage import _LINE, parse_fields, point_id, point_metric
-from chorus.harness.sandbox import SandboxLimits, confined_workdir, run_confined
+from chorus.harness.outputs import COVERAGE_NAME
+from chorus.harness.sandbox import SandboxLimits, _read_output, confined_workdir, run_confined
 from chorus.harness.toolchain import setup_verilator_env, verilator_root, verilator_version
 from chorus.tasks import Task
 
@@ -57,9 +62,9 @@ SV_BUILD_FORMAT = "4"  # layout of the design build (design/<file> paths); part 
 UNIVERSE_TOP = "chorus_universe"
 CANDIDATE_DIR = "verif"
 MODEL_DIR = "obj"
-BUILD_LOG = "build.log"
-SIM_LOG = "sim.log"
+BUILD_LOG = "build.log"  # of the trusted builds
 COVERAGE_FILE = "coverage.dat"
+DESIGN_PP, ALL_PP = "design.pp", "all.pp"  # preprocessed: the design alone, design + candidate
 MAX_COVERAGE_BYTES = 64 * 1024 * 1024
 
 # system tasks and functions a stimulus testbench may use: output, time, randomness,
@@ -298,20 +303,6 @@ def instance_universe(path: Path, instance: str) -> dict[str, list[str]]:
     return {metric: sorted(ids) for metric, ids in universe.items()}
 
 
-def _read_candidate_file(path: Path, limit: int) -> str | None:
-    """A file the candidate's sandbox wrote, read without following links and with a
-    size cap (None when absent, not a regular file, or too large)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not (info.st_mode & 0o170000 == 0o100000) or info.st_size > limit:
-            return None
-        return handle.read(limit).decode(errors="replace")
-
-
 def instance_coverage(
     text: str, top: str, instance: str, universe: dict[str, list[str]]
 ) -> dict[str, tuple[int, int]] | None:
@@ -370,32 +361,42 @@ def score_testbench(
         return result("build_error", f"build failed: {err!r}")
     try:
         universe = json.loads((design / "points.json").read_text())
-        with confined_workdir(limits) as (workdir, uid):
-            return _build_and_run(task, testbench_text, cache_dir, universe, workdir, uid, limits, seed,
+        with confined_workdir(limits) as folder:
+            return _build_and_run(task, testbench_text, cache_dir, universe, folder, limits, seed,
                                   result, with_averages, meets_target)
     except Exception as err:  # the sandbox itself failed: report, never crash the caller
         return result("sandbox_error", repr(err))
 
 
-def _build_and_run(task, text, cache_dir, universe, workdir, uid, limits, seed, result, with_averages, meets_target):
-    sources = _copy_design(task, workdir)
+def _output_text(outputs, name: str) -> str | None:
+    data = _read_output(outputs, name, MAX_COVERAGE_BYTES)
+    return None if data is None else data.decode(errors="replace")
+
+
+def _build_and_run(task, text, cache_dir, universe, folder, limits, seed, result, with_averages, meets_target):
+    # the commands share the candidate's home/ (sources, then the compiled model); what
+    # the scorer reads goes to a root-owned output folder per command (harness/outputs.py)
+    home = folder.home
+    sources = _copy_design(task, home)
     candidate = Path(task.testbench_file or f"{CANDIDATE_DIR}/testbench.sv")
-    (workdir / candidate.parent).mkdir(parents=True, exist_ok=True)
-    (workdir / candidate).write_text(text)
-    (workdir / MODEL_DIR).mkdir()
+    (home / candidate.parent).mkdir(parents=True, exist_ok=True)
+    (home / candidate).write_text(text)
+    (home / MODEL_DIR).mkdir()
     for obj in ensure_sv_runtime(cache_dir).glob(RUNTIME_OBJECTS):
-        shutil.copy2(obj, workdir / MODEL_DIR / obj.name)
-    env = _confined_env(workdir)
+        shutil.copy2(obj, home / MODEL_DIR / obj.name)
+    env = _confined_env(home)
     verilator = verilator_command()[0]
 
     # 1. preprocess (design alone, design + candidate): the candidate's part is the rest
-    pre = run_confined(
-        ["/bin/sh", "-c", 'v="$1"; shift; "$v" -E -P "$@" > design.pp && "$v" -E -P "$@" "$CANDIDATE" > all.pp',
-         "sh", verilator, *sources],
-        {**env, "CANDIDATE": str(candidate)}, workdir, uid, build_limits(limits), BUILD_LOG,
-    )
-    design_pp = _read_candidate_file(workdir / "design.pp", MAX_COVERAGE_BYTES)
-    all_pp = _read_candidate_file(workdir / "all.pp", MAX_COVERAGE_BYTES)
+    with folder.outputs("preprocess", writes=(DESIGN_PP, ALL_PP)) as outputs:
+        script = 'v="$1"; shift; "$v" -E -P "$@" > "$DESIGN_PP" && "$v" -E -P "$@" "$CANDIDATE" > "$ALL_PP"'
+        pre = run_confined(
+            ["/bin/sh", "-c", script, "sh", verilator, *sources],
+            {**env, "CANDIDATE": str(candidate), "DESIGN_PP": str(outputs.path(DESIGN_PP)),
+             "ALL_PP": str(outputs.path(ALL_PP))},
+            folder, outputs, build_limits(limits),
+        )
+        design_pp, all_pp = _output_text(outputs, DESIGN_PP), _output_text(outputs, ALL_PP)
     if pre.timed_out:
         return result("timeout", "preprocessing reached the build time limit")
     if pre.returncode != 0 or design_pp is None or all_pp is None or not all_pp.startswith(design_pp):
@@ -411,23 +412,27 @@ def _build_and_run(task, text, cache_dir, universe, workdir, uid, limits, seed, 
     # 2. compile (Verilator, then make with the precompiled runtime objects)
     verilate, make = _compile_model(top, [*sources, str(candidate)], MODEL_DIR)
     script = '"$@" && touch obj/verilated*.o && exec make -s -C obj -f "$MAKEFILE" PYTHON3="$PYTHON3"'
-    built = run_confined(["/bin/sh", "-c", script, "sh", *verilate],
-                         {**env, "MAKEFILE": f"V{top}.mk", "PYTHON3": sys.executable},
-                         workdir, uid, build_limits(limits), BUILD_LOG)
+    with folder.outputs("build", writes=()) as outputs:
+        built = run_confined(["/bin/sh", "-c", script, "sh", *verilate],
+                             {**env, "MAKEFILE": f"V{top}.mk", "PYTHON3": sys.executable},
+                             folder, outputs, build_limits(limits))
     if built.timed_out:
         return result("timeout", "the testbench's compile reached the build time limit")
     if built.output_limited:
         return result("output_limit", "the compiler wrote more output than allowed")
-    binary = workdir / MODEL_DIR / f"V{top}"
+    binary = home / MODEL_DIR / f"V{top}"
     if built.returncode != 0 or not binary.is_file():
         return result("syntax_error", f"the testbench does not compile\n{built.log_tail[-1500:]}")
 
-    # 3. simulate
-    (workdir / COVERAGE_FILE).unlink(missing_ok=True)
-    run = run_confined(
-        [f"./{MODEL_DIR}/V{top}", f"+verilator+seed+{seed or 1}", "+verilator+error+limit+1000000"],
-        env, workdir, uid, limits, SIM_LOG,
-    )
+    # 3. simulate: the coverage database goes to an absolute path in the output folder
+    # (the candidate's home, where Verilator writes by default, is never read)
+    with folder.outputs("simulate", writes=(COVERAGE_NAME,)) as outputs:
+        run = run_confined(
+            [f"./{MODEL_DIR}/V{top}", f"+verilator+seed+{seed or 1}", "+verilator+error+limit+1000000",
+             f"+verilator+coverage+file+{outputs.path(COVERAGE_NAME)}"],
+            env, folder, outputs, limits,
+        )
+        coverage_text = _output_text(outputs, COVERAGE_NAME)
     tail = run.log_tail[-1500:]
     if run.timed_out:
         return result("timeout", "wall-clock limit reached")
@@ -435,7 +440,6 @@ def _build_and_run(task, text, cache_dir, universe, workdir, uid, limits, seed, 
         return result("output_limit", "the testbench wrote more output than allowed")
     if any(m in tail for m in ("std::bad_alloc", "Cannot allocate memory", "out of memory")):
         return result("memory", tail)
-    coverage_text = _read_candidate_file(workdir / COVERAGE_FILE, MAX_COVERAGE_BYTES)
     if run.returncode != 0:
         return result("runtime_error", f"simulation ended abnormally (exit {run.returncode})\n{tail}")
     if coverage_text is None:
