@@ -2,8 +2,8 @@
 # the train tasks, keep the samples the simulator verified as passing, and fine-tune one
 # model on their union (distillation), optionally followed by RL.
 
-CONSOLIDATE = config.get("consolidate", {})
-DISTILLED = CONSOLIDATE.get("name", "distill")
+CONSOLIDATE = config["consolidate"]
+DISTILLED = CONSOLIDATE["name"]
 
 
 rule consolidate_data:
@@ -29,7 +29,7 @@ rule consolidate_data:
     resources:
         **job_resources("light_job"),
     params:
-        include_reference=CONSOLIDATE.get("include_reference", True),
+        include_reference=CONSOLIDATE["include_reference"],
     script:
         "../scripts/consolidate_data.py"
 
@@ -52,8 +52,9 @@ rule consolidate_sft:
     params:
         stage={
             "name": DISTILLED,
-            "epochs": CONSOLIDATE.get("epochs", 1),
-            "lr": CONSOLIDATE.get("lr", 5e-4),
+            "epochs": CONSOLIDATE["epochs"],
+            "lr": CONSOLIDATE["lr"],
+            "seed": config["sft"]["seed"],
         },
         settings=sft_settings(),
         launch=training_launch(),
@@ -73,12 +74,12 @@ rule consolidate_rl:
         f"{RESULTS}/benchmarks/consolidate_rl.tsv"
     conda:
         "../envs/chorus.yaml"
-    threads: job_threads("gpu_job")
+    threads: job_threads("rl_job")
     resources:
-        **job_resources("gpu_job"),
+        **job_resources("rl_job"),
     params:
         expert={**PLAN.expert(PLAN.experts[0]), "name": f"{DISTILLED}_rl"},
-        simulation=config["simulation"],
+        simulation=sandbox_limits(),
         launch=training_launch(),
     script:
         "../scripts/rl.py"

@@ -4,12 +4,6 @@
 # "harvest" samples train tasks for distillation (rules/consolidate.smk).
 
 
-def pool_settings(pool):
-    if pool == "eval":
-        return {"splits": config["eval"]["splits"], "k": config["eval"]["k"]}
-    return {"splits": ["train"], "k": config["consolidate"]["samples_per_task"]}
-
-
 rule generate:
     input:
         model=model_dir,
@@ -27,7 +21,8 @@ rule generate:
         **job_resources("gpu_job"),
     params:
         pool=lambda wc: pool_settings(wc.pool),
-        sampling={k: v for k, v in config["eval"].items() if k not in ("splits", "k")},
+        sampling=sampling_settings(),
+        seed=lambda wc: PLAN.eval_seed(wc.kind, wc.name),
         device=config["device"],
     script:
         "../scripts/generate.py"
@@ -51,7 +46,7 @@ rule score_shard:
     params:
         shard=lambda wc: int(wc.shard),
         num_shards=config["simulation"]["shards"],
-        simulation=config["simulation"],
+        limits=sandbox_limits(),
     script:
         "../scripts/score_shard.py"
 

@@ -31,7 +31,7 @@ rule aggregate:
     resources:
         **job_resources("light_job"),
     params:
-        pass_at=config["eval"].get("pass_at", [1]),
+        pass_at=config["eval"]["pass_at"],
         experts=[f"rl/{e}" for e in PLAN.experts],
     script:
         "../scripts/aggregate.py"

@@ -14,12 +14,12 @@ rule rl:
         f"{RESULTS}/benchmarks/rl/{{expert}}.tsv"
     conda:
         "../envs/chorus.yaml"
-    threads: job_threads("gpu_job")
+    threads: job_threads("rl_job")
     resources:
-        **job_resources("gpu_job"),
+        **job_resources("rl_job"),
     params:
         expert=lambda wc: PLAN.expert(wc.expert),
-        simulation=config["simulation"],
+        simulation=sandbox_limits(),
         launch=training_launch(),
     script:
         "../scripts/rl.py"
