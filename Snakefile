@@ -24,6 +24,7 @@ localrules:
     prepare_tasks,
     sft_data,
     gather_scores,
+    harvest_settings,
     consolidate_data,
     aggregate,
     plots,

@@ -91,6 +91,17 @@ def sampling_settings():
     return {k: config["eval"][k] for k in ("temperature", "top_p", "max_new_tokens")}
 
 
+def harvest_settings():
+    """What decides the harvest pool's scored samples besides the experts: the rules that
+    use them with ancient() inputs take these as params instead."""
+    return {
+        "pool": pool_settings("harvest"),
+        "sampling": sampling_settings(),
+        "seed": config["eval"]["seed"],
+        "limits": sandbox_limits(),
+    }
+
+
 def task_files():
     """Every file of the task source: editing a task re-runs what depends on it."""
     if config["tasks"]["source"] == "cvdp":

@@ -6,15 +6,46 @@ CONSOLIDATE = config["consolidate"]
 DISTILLED = CONSOLIDATE["name"]
 
 
+# The settings that decide the harvest samples, as a file: consolidate_data depends on it
+# instead of on the harvest tables' modification times (see there).
+rule harvest_settings:
+    output:
+        settings=f"{RESULTS}/data/consolidate/harvest_settings.json",
+    log:
+        f"{RESULTS}/logs/harvest_settings.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/harvest_settings.tsv"
+    conda:
+        "../envs/chorus.yaml"
+    threads: 1
+    resources:
+        **job_resources("light_job"),
+    params:
+        settings=harvest_settings(),
+    script:
+        "../scripts/record_settings.py"
+
+
+# The harvest tables are ancient(): re-scoring them in another number of shards rewrites
+# them unchanged and must not retrain the distilled model. What does change them re-runs
+# this rule through its other inputs: the experts and the harvest settings. (A params
+# change would not: Snakemake skips the params of jobs downstream of a re-run job.)
 rule consolidate_data:
     input:
-        tables=expand(
-            f"{RESULTS}/eval/harvest/rl/{{expert}}/per_sample.csv", expert=PLAN.experts
+        tables=ancient(
+            expand(
+                f"{RESULTS}/eval/harvest/rl/{{expert}}/per_sample.csv",
+                expert=PLAN.experts,
+            )
         ),
-        generations=expand(
-            f"{RESULTS}/eval/harvest/rl/{{expert}}/generations.jsonl",
-            expert=PLAN.experts,
+        generations=ancient(
+            expand(
+                f"{RESULTS}/eval/harvest/rl/{{expert}}/generations.jsonl",
+                expert=PLAN.experts,
+            )
         ),
+        experts=[PLAN.model_dir("rl", e) for e in PLAN.experts],
+        harvest_settings=rules.harvest_settings.output.settings,
         manifest=rules.prepare_tasks.output.manifest,
     output:
         data=f"{RESULTS}/data/consolidate/{DISTILLED}.jsonl",
