@@ -27,6 +27,7 @@ localrules:
     harvest_settings,
     consolidate_data,
     aggregate,
+    report_tables,
     plots,
 
 
@@ -43,4 +44,5 @@ rule all:
     default_target: True
     input:
         rules.aggregate.output,
+        rules.report_tables.output,
         rules.plots.output,
