@@ -136,3 +136,19 @@ def test_snakemake_report_of_a_run_has_the_sections(local_run):
     overview = (local_run / "results" / "report" / "overview.html").read_text()
     for heading in ("Summary: Pass@k", "Samples per status", "Mean coverage per metric"):
         assert heading in overview
+
+
+def test_progress_lines_count_rate_and_time_left(caplog):
+    from chorus.io import Progress
+
+    now = [0.0]
+    progress = Progress("scored samples", 10, every_s=5, clock=lambda: now[0])
+    with caplog.at_level("INFO", logger="chorus.progress"):
+        for _ in range(10):
+            now[0] += 1.0
+            progress.update()
+    lines = [r.getMessage() for r in caplog.records]
+    # the first item, then every 5 s of the (fake) clock, and the last item
+    assert lines[0] == "scored samples: 1/10 (10%), 1.00/s, ~9 s left"
+    assert lines[-1] == "scored samples: 10/10 (100%), 1.00/s"
+    assert len(lines) == 3

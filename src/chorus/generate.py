@@ -14,7 +14,7 @@ import time
 import zlib
 from pathlib import Path
 
-from chorus.io import read_jsonl, write_jsonl
+from chorus.io import Progress, read_jsonl, write_jsonl
 from chorus.prompts import build_prompt, render_prompt
 from chorus.tasks import Task
 
@@ -56,6 +56,7 @@ def sample_completions(
     start, new_tokens = time.perf_counter(), 0
     if todo:
         sampler = _vllm_sampler if use_vllm else _hf_sampler
+        progress = Progress("generated samples", sum(len(ids) for ids in todo.values()))
         with open(partial, "a") as sidecar:
             for task_id, sample_id, text, n_tokens in sampler(
                 model_dir, [t for t in tasks if t.id in todo], todo,
@@ -67,6 +68,7 @@ def sample_completions(
                 sidecar.write(json.dumps(row) + "\n")
                 sidecar.flush()
                 os.fsync(sidecar.fileno())
+                progress.update()
     rows = {(r["task_id"], int(r["sample_id"])): r for r in read_jsonl(partial)}
     ordered = [rows[(t.id, i)] for t in tasks for i in range(k)]
     write_jsonl(out_jsonl, ordered)
