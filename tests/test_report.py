@@ -152,3 +152,14 @@ def test_progress_lines_count_rate_and_time_left(caplog):
     assert lines[0] == "scored samples: 1/10 (10%), 1.00/s, ~9 s left"
     assert lines[-1] == "scored samples: 10/10 (100%), 1.00/s"
     assert len(lines) == 3
+
+
+def test_compare_runs_side_by_side(tmp_path):
+    from chorus.compare import compare_runs
+
+    for run, value in (("a", 0.25), ("b", 0.5)):
+        (tmp_path / run / "tables").mkdir(parents=True)
+        pd.DataFrame({"model": ["rl/x"], "pass@1": [value]}).to_csv(tmp_path / run / "tables" / "summary.csv", index=False)
+    table = compare_runs([tmp_path / "a", tmp_path / "b"])
+    assert table.to_dict("records") == [{"run": "a", "model": "rl/x", "pass@1": 0.25},
+                                        {"run": "b", "model": "rl/x", "pass@1": 0.5}]
