@@ -104,7 +104,7 @@ def harvest_settings():
     return {
         "pool": pool_settings("harvest"),
         "sampling": sampling_settings(),
-        "seed": config["eval"]["seed"],
+        "seeds": {e: PLAN.eval_seed("rl", e) for e in PLAN.experts},
         "limits": sandbox_limits(),
     }
 

@@ -66,7 +66,7 @@ def test_seeds_repeat_experts_and_run_name_moves_results():
     ids = [m.id for m in plan.models()]
     assert "rl/full_dense.seed3" in ids and "merge/linear" in ids
     # the replicate's training and sampling seeds move by the seed offset
-    assert plan.expert("full_dense.seed3")["seed"] == plan.expert("full_dense")["seed"] + 3
+    assert plan.expert("full_dense.seed3")["seed"] == plan.expert("full_dense")["seed"] + 3 == 2 + 3
     assert plan.eval_seed("rl", "easy_dense.seed3") == plan.eval_seed("rl", "easy_dense") + 3
     # merges and distillation use the configured experts only
     assert plan.merge_experts("linear") == ["easy_dense", "full_dense"]

@@ -103,9 +103,9 @@ class Plan:
         return self.stages[index - 1] if index else None
 
     def expert(self, name: str) -> dict:
-        """An expert's GRPO settings: the shared `rl` values under its own. A seed
-        replicate `<expert>.seed<s>` is that expert with its seed raised by s - seeds[0]
-        (the first replicate keeps the configured seed and the plain name)."""
+        """An expert's GRPO settings: the shared `rl` values under its own, its seed raised
+        by its replicate seed: seeds[0] for the expert itself (plain name), s for the
+        replicate `<expert>.seed<s>` of each further seed."""
         rl = self.config["rl"]
         match = REPLICA.match(name)
         base = match["expert"] if match else name
@@ -114,9 +114,16 @@ class Plan:
         # not part of the rule's params and editing it re-runs nothing
         shared = {k: v for k, v in rl.items() if k not in ("experts", "save_steps")}
         settings = {**shared, **spec}
-        if match:
-            settings.update(name=name, seed=settings["seed"] + int(match["seed"]) - self.seeds[0])
+        settings.update(name=name, seed=settings["seed"] + self.replicate_seed("rl", name))
         return settings
+
+    def replicate_seed(self, kind: str, name: str) -> int:
+        """The seed-replicate offset of a model: s for rl/<expert>.seed<s>, seeds[0] for
+        rl/<expert>, 0 for models that are not repeated per seed."""
+        if kind != "rl":
+            return 0
+        match = REPLICA.match(name)
+        return int(match["seed"]) if match else self.seeds[0]
 
     @property
     def expert_replicas(self) -> list[str]:
@@ -124,11 +131,9 @@ class Plan:
         return self.experts + [f"{e}.seed{s}" for s in self.seeds[1:] for e in self.experts]
 
     def eval_seed(self, kind: str, name: str) -> int:
-        """Sampling seed of a model's evaluation: eval.seed, raised like the expert's
-        seed for a replicate so each replicate is a fresh draw."""
-        match = REPLICA.match(name) if kind == "rl" else None
-        offset = int(match["seed"]) - self.seeds[0] if match else 0
-        return self.config["eval"]["seed"] + offset
+        """Sampling seed of a model's evaluation (and harvest): eval.seed, raised by the
+        replicate seed like the expert's training seed, so each replicate is a fresh draw."""
+        return self.config["eval"]["seed"] + self.replicate_seed(kind, name)
 
     def merge(self, name: str) -> dict:
         return next(m for m in self.config["merge"]["strategies"] if m["name"] == name)
