@@ -1,17 +1,17 @@
 # Shared names and helpers: the checked config, the plan of models, wildcard constraints,
 # job resources and the input functions the rules share.
-import os
 import re
 import sys
 from pathlib import Path
 
 SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
+
+from chorus.io import prepend_pythonpath
+
 # the jobs' scripts (also in --sdm conda envs, which hold only third-party packages)
 # import chorus from this checkout
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (SRC, os.environ.get("PYTHONPATH")) if p
-)
+prepend_pythonpath(SRC)
 
 from snakemake.exceptions import WorkflowError
 

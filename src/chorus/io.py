@@ -90,6 +90,13 @@ def script_logging(snakemake):
             sys.stdout.flush()
 
 
+def prepend_pythonpath(path: str) -> None:
+    """Put `path` first on PYTHONPATH for the processes this one starts (the workflow's
+    job scripts import chorus from the checkout, also inside conda envs)."""
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != path]
+    os.environ["PYTHONPATH"] = os.pathsep.join([path, *rest])
+
+
 def resolve_device(device: str) -> str:
     """config `device: auto|cpu|cuda` -> the device this job uses."""
     if device != "auto":
