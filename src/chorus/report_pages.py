@@ -115,7 +115,7 @@ def oracle_gap(summary: pd.DataFrame, experts: list[str]) -> pd.DataFrame:
     """Per expert: its Pass@1, the per-task best expert's (oracle) Pass@1 and the gap
     between them: what a perfect choice of expert per task would add."""
     by_model = summary.set_index("model")
-    if ORACLE not in by_model.index:
+    if ORACLE not in by_model.index or PASS1 not in by_model.columns:
         return pd.DataFrame(columns=[PASS1, "oracle pass@1", "gap"])
     oracle = by_model.loc[ORACLE, PASS1]
     rows = {
@@ -144,7 +144,7 @@ def t_interval(values: list[float], confidence: float = 0.95) -> tuple[float, fl
 def seed_summary(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per model over its seed replicates (rl/e, rl/e.seed1, ...): seeds, and for
     each pass@k and mean_coverage the mean and 95% t-interval over the seeds."""
-    metrics = [c for c in summary.columns if c.startswith("pass@") and "@" in c and c.count("_") == 0]
+    metrics = [c for c in summary.columns if c.startswith("pass@") and "_" not in c]  # no interval columns
     metrics += ["mean_coverage"]
     frame = summary[summary["model"] != ORACLE].assign(group=lambda f: f["model"].map(replica_group))
     rows = []
