@@ -17,7 +17,7 @@ with script_logging(snakemake):
     atomic_write_text(snakemake.output.banner, pages.banner_html(status))
 
     overview = [
-        pages.banner_html(status),
+        pages.banner_html(status, pointer=False),
         pages.table_html(
             summary.set_index("model"),
             "Summary: Pass@k and mean coverage score per model",

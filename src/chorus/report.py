@@ -114,7 +114,7 @@ def plot_heatmap(per_task: pd.DataFrame, path: str, coverage: pd.DataFrame | Non
     plt = _pyplot()
     panels = [("Per-task Pass@1", per_task)]
     if coverage is not None:
-        panels.append(("Per-task mean coverage score", coverage.reindex_like(per_task)))
+        panels.append(("Per-task mean coverage score", coverage.reindex(index=per_task.index)))
     height = max(3.0, 0.32 * len(per_task) + 2.0)
     width = max(5.0, 0.6 * len(per_task.columns) + 3.0)
     fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height), squeeze=False)
@@ -206,7 +206,8 @@ def plot_training_curves(curves: dict[str, pd.DataFrame], path: str) -> None:
         if plotted:
             ax.legend(fontsize=7)
         else:
-            ax.text(0.5, 0.5, "no metrics logged", ha="center", va="center", transform=ax.transAxes)
+            why = "\n(TRL logs it only when rl.beta > 0)" if ylabel == "kl" else ""
+            ax.text(0.5, 0.5, f"no {ylabel} logged{why}", ha="center", va="center", transform=ax.transAxes)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(title)
         ax.set_xlabel("step")

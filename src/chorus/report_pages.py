@@ -171,17 +171,19 @@ def run_status(per_sample: pd.DataFrame) -> dict:
     return status
 
 
-def banner_html(status: dict) -> str:
+def banner_html(status: dict, pointer: bool = True) -> str:
     """The report's first-page banner: a red box when every sample failed, naming the
-    dominant failure; otherwise one line with the passing count."""
+    dominant failure; otherwise one line with the passing count. `pointer`: add where
+    the per-model statuses are."""
     if "dominant_failure" in status:
         return (
             '<div style="border:2px solid #b00020;background:#fdecea;padding:0.8em;'
             'margin:0.5em 0;font-weight:bold">'
             f"Every one of the {status['samples']} evaluated samples failed. Dominant "
-            f"failure: <code>{html.escape(status['dominant_failure'])}</code> "
-            f"({status['dominant_share']:.0%} of samples). See Tables / overview.html for the "
-            "status of every model.</div>"
+            f"failure: {html.escape(status['dominant_failure'])} "
+            f"({status['dominant_share']:.0%} of samples)."
+            + (" Tables / overview.html shows the status of every model." if pointer else "")
+            + "</div>"
         )
     return (
         f"<p>{status['passing']} of {status['samples']} evaluated samples passed their "
@@ -214,7 +216,7 @@ table{border-collapse:collapse;margin:0.3em 0 1.5em 0}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f0f0f0;cursor:pointer}
 td:first-child,th:first-child{text-align:left}
-caption{caption-side:top;text-align:left;font-weight:bold;padding:0.3em 0}
+caption{caption-side:top;text-align:left;font-weight:bold;padding:0.3em 0;white-space:nowrap}
 p.note{color:#555;max-width:60em}
 """
 
@@ -253,9 +255,10 @@ def _fmt(value) -> str:
 
 
 def table_html(table: pd.DataFrame, caption: str, note: str = "", index: bool = True) -> str:
-    body = with_intervals(table).to_html(
-        index=index, float_format=_fmt, na_rep="–", border=0, escape=True
-    )
+    table = with_intervals(table)
+    if index:  # the index as the first column: one header row, not a row for its name
+        table = table.reset_index().rename(columns={"index": ""})
+    body = table.to_html(index=False, float_format=_fmt, na_rep="–", border=0, escape=True)
     body = re.sub(r"<table[^>]*>", f"<table><caption>{html.escape(caption)}</caption>", body, count=1)
     return body + (f'<p class="note">{html.escape(note)}</p>' if note else "")
 
