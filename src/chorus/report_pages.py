@@ -67,6 +67,8 @@ def pass1_by(per_sample: pd.DataFrame, attributes: pd.DataFrame, column: str) ->
     per_task[column] = per_task["task_id"].map(attributes[column]).fillna("(none)")
     table = per_task.pivot_table(index="model", columns=column, values="passed", aggfunc="mean")
     table = table.reindex(index=list(dict.fromkeys(per_sample["model"])))
+    rank = {"easy": 0, "medium": 1, "hard": 2}  # difficulties in their order, others by name
+    table = table[sorted(table.columns, key=lambda c: (rank.get(c, 3), str(c)))]
     counts = per_task.drop_duplicates("task_id")[column].value_counts()
     table.columns = [f"{c} ({counts.get(c, 0)} tasks)" for c in table.columns]
     return table
