@@ -40,3 +40,10 @@ def test_rules_name_existing_envs():
         for line in smk.read_text().splitlines():
             if '"../envs/' in line:
                 assert (REPO / "rules" / line.strip().strip('"')).resolve().exists(), line
+
+
+def test_package_version_matches_pyproject():
+    import chorus
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert chorus.__version__ == project["version"]

@@ -54,6 +54,13 @@ def _key(path) -> str:
     return text or "(top level)"
 
 
+def fill_defaults(config: dict) -> dict:
+    """Fill the schema's defaults into `config` (in place) without judging it."""
+    for _ in _validator(load_schema()).iter_errors(config):
+        pass
+    return config
+
+
 def check_config(config: dict) -> dict:
     """Fill the schema's defaults into `config` (in place), validate it and run the
     cross-checks a schema cannot express; returns `config`. Raises ConfigError."""

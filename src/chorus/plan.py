@@ -45,10 +45,13 @@ def replica_group(model_id: str) -> str:
 
 
 class Plan:
-    """Expects a config completed by chorus.config.check_config (schema defaults filled)."""
+    """The plan of a config; the schema's defaults are filled into it first (the workflow
+    has chorus.config.check_config do that and validate)."""
 
     def __init__(self, config: dict):
-        self.config = config
+        from chorus.config import fill_defaults
+
+        self.config = fill_defaults(config)
         self.results = f"results/{config['run_name']}" if config.get("run_name") else "results"
         self.stages = [s["name"] for s in config["sft"]["stages"]]
         self.experts = [e["name"] for e in config["rl"]["experts"]]
