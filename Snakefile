@@ -3,7 +3,7 @@
 # Each stage lives in its own rules/*.smk; this file is the table of contents.
 
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -11,13 +11,26 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-validate(config, "config/config.schema.yaml")
+# checks config against config/config.schema.yaml and fills in its defaults
+include: "rules/common.smk"
 
 
 report: "report/workflow.rst"
 
 
-include: "rules/common.smk"
+# small bookkeeping jobs run on the submitting host, not as cluster jobs
+localrules:
+    all,
+    prepare_tasks,
+    sft_data,
+    gather_scores,
+    harvest_settings,
+    consolidate_data,
+    aggregate,
+    report_tables,
+    plots,
+
+
 include: "rules/data.smk"
 include: "rules/preflight.smk"
 include: "rules/sft.smk"
@@ -32,4 +45,5 @@ rule all:
     default_target: True
     input:
         rules.aggregate.output,
+        rules.report_tables.output,
         rules.plots.output,

@@ -1,32 +1,60 @@
-# Shared names and helpers: the plan of models, wildcard constraints, job resources.
+# Shared names and helpers: the checked config, the plan of models, wildcard constraints,
+# job resources and the input functions the rules share.
+import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+SRC = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, SRC)
 
+from chorus.io import prepend_pythonpath
+
+# the jobs' scripts (also in --sdm conda envs, which hold only third-party packages)
+# import chorus from this checkout
+prepend_pythonpath(SRC)
+
+from snakemake.exceptions import WorkflowError
+
+from chorus.config import ConfigError, check_config
 from chorus.plan import MODEL_KINDS, POOLS, Plan
+
+try:
+    # fills the schema's defaults into config: the only place defaults come from
+    check_config(config)
+except ConfigError as error:
+    raise WorkflowError(str(error)) from None
 
 PLAN = Plan(config)
 RESULTS = PLAN.results
 
 
+def one_of(names):
+    return "|".join(re.escape(n) for n in names)
+
+
 wildcard_constraints:
-    stage="|".join(PLAN.stages),
-    expert="|".join(PLAN.experts),
-    merge="|".join(PLAN.merges) or "NO_MERGE",
-    kind="|".join(MODEL_KINDS),
+    stage=one_of(PLAN.stages),
+    expert=one_of(PLAN.expert_replicas),
+    merge=one_of(PLAN.merges) or "NO_MERGE",
+    kind=one_of(MODEL_KINDS),
     name="[A-Za-z0-9][A-Za-z0-9_.]*",
-    pool="|".join(POOLS),
+    pool=one_of(POOLS),
     shard=r"\d+",
 
 
 def job_resources(kind):
-    """Rule resources from config.resources.<kind>; the SLURM profile maps them to sbatch."""
+    """Rule resources from config.resources.<kind>, the one source of them (the SLURM
+    profile sets only account and CPU partition). Memory and runtime grow with each
+    retry (attempt 1, 2, ...), so a job killed for either gets more the next time."""
     spec = config["resources"][kind]
-    # cpus reach sbatch through the rule's threads (job_threads), which profiles may override
-    resources = {"mem_mb": spec["mem_mb"], "runtime": spec["runtime"]}
-    if spec.get("gpu", 0):
+    resources = {
+        "mem_mb": lambda wildcards, attempt: spec["mem_mb"] * attempt,
+        "runtime": lambda wildcards, attempt: spec["runtime"] * attempt,
+    }
+    if spec["gpu"]:
         resources["gpu"] = spec["gpu"]
+    if spec["partition"]:
+        resources["slurm_partition"] = spec["partition"]
     return resources
 
 
@@ -35,26 +63,51 @@ def job_threads(kind):
 
 
 def training_launch():
-    """How a training job starts: device, DeepSpeed config, ranks (chorus.launch)."""
+    """How a training job starts (chorus.launch): settings that change the result.
+    compile_cache (a cache folder) is read by the scripts from the config instead, so
+    moving it re-runs nothing."""
     return {
         "device": config["device"],
-        "deepspeed": config.get("deepspeed"),
-        "processes": config.get("train_processes", "auto"),
-        "compile_cache": config.get("compile_cache"),
+        "deepspeed": config["deepspeed"],
+        "processes": config["train_processes"],
     }
 
 
 def sft_settings():
-    """Batch settings shared by the SFT stages and the consolidation SFT."""
+    """Batch settings shared by the SFT stages and the consolidation SFT. save_steps
+    (the checkpoint interval) is not among them: it changes no result, so the scripts
+    read it from the config and editing it re-runs nothing."""
     sft = config["sft"]
     return {
-        "batch_size": sft.get("batch_size", 2),
-        "grad_accum": sft.get("grad_accum", 1),
-        "save_steps": sft.get("save_steps", 200),
+        "batch_size": sft["batch_size"],
+        "grad_accum": sft["grad_accum"],
         "max_length": config["max_length"],
-        "attn": sft.get("attention", "auto"),
-        "liger": sft.get("liger_kernel", "auto"),
-        "compile_min_flops": sft.get("compile_min_flops", 5.5e16),
+        "attn": sft["attention"],
+        "liger": sft["liger_kernel"],
+        "compile_min_flops": sft["compile_min_flops"],
+    }
+
+
+def sandbox_limits():
+    """The per-candidate simulation limits, per-task timeouts included (they can change a score); simulation.shards
+    only splits the work and is no param of the training or generation rules."""
+    keys = ("timeout_s", "mem_mb", "build_timeout_s", "timeout_factor", "timeout_floor_s")
+    return {k: config["simulation"][k] for k in keys}
+
+
+def sampling_settings():
+    """Generation settings of the eval pool (pass_at, include_base: report only)."""
+    return {k: config["eval"][k] for k in ("temperature", "top_p", "max_new_tokens")}
+
+
+def harvest_settings():
+    """What decides the harvest pool's scored samples besides the experts: the rules that
+    use them with ancient() inputs take these as params instead."""
+    return {
+        "pool": pool_settings("harvest"),
+        "sampling": sampling_settings(),
+        "seeds": {e: PLAN.eval_seed("rl", e) for e in PLAN.experts},
+        "limits": sandbox_limits(),
     }
 
 
@@ -69,3 +122,19 @@ def task_files():
 
 def model_dir(wildcards):
     return PLAN.model_dir(wildcards.kind, wildcards.name)
+
+
+def sft_input_model(wildcards):
+    """A stage starts from the previous stage's checkpoint, the first from the base."""
+    previous = PLAN.previous_stage(wildcards.stage)
+    if previous is None:
+        return PLAN.model_dir("base", "base")
+    return PLAN.model_dir("sft", previous)
+
+
+def pool_settings(pool):
+    """Splits and samples per task: eval samples the held-out splits, harvest the
+    train tasks for distillation."""
+    if pool == "eval":
+        return {"splits": config["eval"]["splits"], "k": config["eval"]["k"]}
+    return {"splits": ["train"], "k": config["consolidate"]["samples_per_task"]}

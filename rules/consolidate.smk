@@ -2,19 +2,50 @@
 # the train tasks, keep the samples the simulator verified as passing, and fine-tune one
 # model on their union (distillation), optionally followed by RL.
 
-CONSOLIDATE = config.get("consolidate", {})
-DISTILLED = CONSOLIDATE.get("name", "distill")
+CONSOLIDATE = config["consolidate"]
+DISTILLED = CONSOLIDATE["name"]
 
 
+# The settings that decide the harvest samples, as a file: consolidate_data depends on it
+# instead of on the harvest tables' modification times (see there).
+rule harvest_settings:
+    output:
+        settings=f"{RESULTS}/data/consolidate/harvest_settings.json",
+    log:
+        f"{RESULTS}/logs/harvest_settings.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/harvest_settings.tsv"
+    conda:
+        "../envs/chorus.yaml"
+    threads: 1
+    resources:
+        **job_resources("light_job"),
+    params:
+        settings=harvest_settings(),
+    script:
+        "../scripts/record_settings.py"
+
+
+# The harvest tables are ancient(): re-scoring them in another number of shards rewrites
+# them unchanged and must not retrain the distilled model. What does change them re-runs
+# this rule through its other inputs: the experts and the harvest settings. (A params
+# change would not: Snakemake skips the params of jobs downstream of a re-run job.)
 rule consolidate_data:
     input:
-        tables=expand(
-            f"{RESULTS}/eval/harvest/rl/{{expert}}/per_sample.csv", expert=PLAN.experts
+        tables=ancient(
+            expand(
+                f"{RESULTS}/eval/harvest/rl/{{expert}}/per_sample.csv",
+                expert=PLAN.experts,
+            )
         ),
-        generations=expand(
-            f"{RESULTS}/eval/harvest/rl/{{expert}}/generations.jsonl",
-            expert=PLAN.experts,
+        generations=ancient(
+            expand(
+                f"{RESULTS}/eval/harvest/rl/{{expert}}/generations.jsonl",
+                expert=PLAN.experts,
+            )
         ),
+        experts=[PLAN.model_dir("rl", e) for e in PLAN.experts],
+        harvest_settings=rules.harvest_settings.output.settings,
         manifest=rules.prepare_tasks.output.manifest,
     output:
         data=f"{RESULTS}/data/consolidate/{DISTILLED}.jsonl",
@@ -29,7 +60,7 @@ rule consolidate_data:
     resources:
         **job_resources("light_job"),
     params:
-        include_reference=CONSOLIDATE.get("include_reference", True),
+        include_reference=CONSOLIDATE["include_reference"],
     script:
         "../scripts/consolidate_data.py"
 
@@ -52,8 +83,9 @@ rule consolidate_sft:
     params:
         stage={
             "name": DISTILLED,
-            "epochs": CONSOLIDATE.get("epochs", 1),
-            "lr": CONSOLIDATE.get("lr", 5e-4),
+            "epochs": CONSOLIDATE["epochs"],
+            "lr": CONSOLIDATE["lr"],
+            "seed": config["sft"]["seed"],
         },
         settings=sft_settings(),
         launch=training_launch(),
@@ -65,7 +97,8 @@ rule consolidate_rl:
     input:
         model=rules.consolidate_sft.output.model,
         manifest=rules.prepare_tasks.output.manifest,
-        preflight=rules.preflight.output.report,
+        # ancient: the preflight must pass first, but re-running it re-trains nothing
+        preflight=ancient(rules.preflight.output.report),
     output:
         model=directory(PLAN.model_dir("consolidated", f"{DISTILLED}_rl")),
     log:
@@ -74,12 +107,12 @@ rule consolidate_rl:
         f"{RESULTS}/benchmarks/consolidate_rl.tsv"
     conda:
         "../envs/chorus.yaml"
-    threads: job_threads("gpu_job")
+    threads: job_threads("rl_job")
     resources:
-        **job_resources("gpu_job"),
+        **job_resources("rl_job"),
     params:
         expert={**PLAN.expert(PLAN.experts[0]), "name": f"{DISTILLED}_rl"},
-        simulation=config["simulation"],
+        simulation=sandbox_limits(),
         launch=training_launch(),
     script:
         "../scripts/rl.py"

@@ -4,12 +4,6 @@
 # "harvest" samples train tasks for distillation (rules/consolidate.smk).
 
 
-def pool_settings(pool):
-    if pool == "eval":
-        return {"splits": config["eval"]["splits"], "k": config["eval"]["k"]}
-    return {"splits": ["train"], "k": config["consolidate"]["samples_per_task"]}
-
-
 rule generate:
     input:
         model=model_dir,
@@ -27,7 +21,8 @@ rule generate:
         **job_resources("gpu_job"),
     params:
         pool=lambda wc: pool_settings(wc.pool),
-        sampling={k: v for k, v in config["eval"].items() if k not in ("splits", "k")},
+        sampling=sampling_settings(),
+        seed=lambda wc: PLAN.eval_seed(wc.kind, wc.name),
         device=config["device"],
     script:
         "../scripts/generate.py"
@@ -37,7 +32,8 @@ rule score_shard:
     input:
         generations=rules.generate.output.generations,
         manifest=rules.prepare_tasks.output.manifest,
-        preflight=rules.preflight.output.report,
+        # ancient: the preflight must pass first, but re-running it re-trains nothing
+        preflight=ancient(rules.preflight.output.report),
     output:
         scores=f"{RESULTS}/eval/{{pool}}/{{kind}}/{{name}}/scores/shard{{shard}}.jsonl",
     log:
@@ -52,7 +48,7 @@ rule score_shard:
     params:
         shard=lambda wc: int(wc.shard),
         num_shards=config["simulation"]["shards"],
-        simulation=config["simulation"],
+        limits=sandbox_limits(),
     script:
         "../scripts/score_shard.py"
 

@@ -21,6 +21,6 @@ rule preflight:
     resources:
         **job_resources("sim_job"),
     params:
-        simulation=config["simulation"],
+        simulation=sandbox_limits(),
     script:
         "../scripts/preflight.py"

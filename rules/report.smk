@@ -1,5 +1,6 @@
 # Aggregate and report: per-task Pass@1 (tasks x models), summary (models x Pass@k and
-# mean coverage) with the oracle best-expert-per-task row, and plots for the HTML report.
+# mean coverage) with the oracle best-expert-per-task row, the mean and interval over
+# seed replicates, HTML tables and plots for `snakemake --report`.
 
 
 rule aggregate:
@@ -10,16 +11,9 @@ rule aggregate:
         ),
         manifest=rules.prepare_tasks.output.manifest,
     output:
-        per_task=report(
-            f"{RESULTS}/tables/per_task_pass1.csv",
-            caption="../report/per_task_pass1.rst",
-            category="Tables",
-        ),
-        summary=report(
-            f"{RESULTS}/tables/summary.csv",
-            caption="../report/summary.rst",
-            category="Tables",
-        ),
+        per_task=f"{RESULTS}/tables/per_task_pass1.csv",
+        summary=f"{RESULTS}/tables/summary.csv",
+        seeds=f"{RESULTS}/tables/seeds.csv",
         per_sample=f"{RESULTS}/tables/per_sample.csv",
     log:
         f"{RESULTS}/logs/aggregate.log",
@@ -31,16 +25,67 @@ rule aggregate:
     resources:
         **job_resources("light_job"),
     params:
-        pass_at=config["eval"].get("pass_at", [1]),
+        pass_at=config["eval"]["pass_at"],
         experts=[f"rl/{e}" for e in PLAN.experts],
     script:
         "../scripts/aggregate.py"
+
+
+rule report_tables:
+    input:
+        per_sample=rules.aggregate.output.per_sample,
+        summary=rules.aggregate.output.summary,
+        seeds=rules.aggregate.output.seeds,
+        manifest=rules.prepare_tasks.output.manifest,
+    output:
+        banner=report(
+            f"{RESULTS}/report/banner.html",
+            caption="../report/banner.rst",
+            category="Overview",
+        ),
+        overview=report(
+            f"{RESULTS}/report/overview.html",
+            caption="../report/overview.rst",
+            category="Tables",
+        ),
+        breakdown=report(
+            f"{RESULTS}/report/breakdown.html",
+            caption="../report/breakdown.rst",
+            category="Tables",
+        ),
+        complementarity=report(
+            f"{RESULTS}/report/complementarity.html",
+            caption="../report/complementarity_tables.rst",
+            category="Tables",
+        ),
+        seeds=report(
+            f"{RESULTS}/report/seeds.html",
+            caption="../report/seeds.rst",
+            category="Tables",
+        ),
+        status=f"{RESULTS}/report/status.json",
+    log:
+        f"{RESULTS}/logs/report_tables.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/report_tables.tsv"
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        **job_resources("light_job"),
+    params:
+        experts=[f"rl/{e}" for e in PLAN.experts],
+        k=config["eval"]["k"],
+    script:
+        "../scripts/report_tables.py"
 
 
 rule plots:
     input:
         per_task=rules.aggregate.output.per_task,
         per_sample=rules.aggregate.output.per_sample,
+        sft=[PLAN.model_dir("sft", s) for s in PLAN.stages],
+        rl=[PLAN.model_dir("rl", e) for e in PLAN.expert_replicas],
     output:
         heatmap=report(
             f"{RESULTS}/plots/per_task_heatmap.png",
@@ -50,6 +95,16 @@ rule plots:
         complementarity=report(
             f"{RESULTS}/plots/expert_complementarity.png",
             caption="../report/complementarity.rst",
+            category="Plots",
+        ),
+        coverage=report(
+            f"{RESULTS}/plots/coverage_distribution.png",
+            caption="../report/coverage_distribution.rst",
+            category="Plots",
+        ),
+        training=report(
+            f"{RESULTS}/plots/training_curves.png",
+            caption="../report/training_curves.rst",
             category="Plots",
         ),
     log:
@@ -63,5 +118,7 @@ rule plots:
         **job_resources("light_job"),
     params:
         experts=[f"rl/{e}" for e in PLAN.experts],
+        stages=PLAN.stages,
+        rl=PLAN.expert_replicas,
     script:
         "../scripts/plots.py"

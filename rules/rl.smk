@@ -6,7 +6,8 @@ rule rl:
     input:
         model=lambda wc: PLAN.model_dir("sft", PLAN.expert(wc.expert)["from_stage"]),
         manifest=rules.prepare_tasks.output.manifest,
-        preflight=rules.preflight.output.report,
+        # ancient: the preflight must pass first, but re-running it re-trains nothing
+        preflight=ancient(rules.preflight.output.report),
     output:
         model=directory(f"{RESULTS}/models/rl/{{expert}}"),
     log:
@@ -15,12 +16,12 @@ rule rl:
         f"{RESULTS}/benchmarks/rl/{{expert}}.tsv"
     conda:
         "../envs/chorus.yaml"
-    threads: job_threads("gpu_job")
+    threads: job_threads("rl_job")
     resources:
-        **job_resources("gpu_job"),
+        **job_resources("rl_job"),
     params:
         expert=lambda wc: PLAN.expert(wc.expert),
-        simulation=config["simulation"],
+        simulation=sandbox_limits(),
         launch=training_launch(),
     script:
         "../scripts/rl.py"

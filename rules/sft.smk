@@ -2,13 +2,6 @@
 # model) on its own data mix. Every stage's checkpoint is an output and an expert seed.
 
 
-def sft_input_model(wildcards):
-    previous = PLAN.previous_stage(wildcards.stage)
-    if previous is None:
-        return PLAN.model_dir("base", "base")
-    return PLAN.model_dir("sft", previous)
-
-
 rule sft:
     input:
         model=sft_input_model,

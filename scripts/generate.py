@@ -15,6 +15,7 @@ with script_logging(snakemake):
         temperature=sampling["temperature"],
         top_p=sampling["top_p"],
         max_new_tokens=sampling["max_new_tokens"],
+        seed=snakemake.params.seed,
         device=resolve_device(snakemake.params.device),
         sampler=sampling.get("sampler", "auto"),
     )

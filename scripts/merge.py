@@ -9,6 +9,6 @@ with script_logging(snakemake):
         strategy["method"],
         list(snakemake.input.experts),
         snakemake.input.base,
-        strategy.get("params", {}),
+        strategy["params"],
     )
     run_merge(merge_config, snakemake.output.model, device=resolve_device(snakemake.params.device))

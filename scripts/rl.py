@@ -11,9 +11,10 @@ with script_logging(snakemake):
             model_in=snakemake.input.model,
             manifest=snakemake.input.manifest,
             out_dir=snakemake.output.model,
-            expert=snakemake.params.expert,
+            # the checkpoint interval changes no result: config, not a param (no re-run)
+            expert={**snakemake.params.expert, "save_steps": snakemake.config["rl"]["save_steps"]},
             simulation=snakemake.params.simulation,
             job_cpus=snakemake.threads,
         ),
-        snakemake.params.launch,
+        {**snakemake.params.launch, "compile_cache": snakemake.config["compile_cache"]},
     )

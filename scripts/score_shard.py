@@ -12,16 +12,16 @@ from chorus.tasks import load_manifest, tasks_by_id
 with script_logging(snakemake):
     shard, num_shards = snakemake.params.shard, snakemake.params.num_shards
     rows = read_jsonl(snakemake.input.generations)[shard::num_shards]
-    sim = snakemake.params.simulation
+    limits = snakemake.params.limits
     results = score_generations(
         rows,
         tasks_by_id(load_manifest(snakemake.input.manifest)),
         snakemake.output.scores,
         workers=snakemake.threads,
         limits=SandboxLimits(
-            timeout_s=sim["timeout_s"], mem_mb=sim["mem_mb"], build_timeout_s=sim.get("build_timeout_s", 300)
+            timeout_s=limits["timeout_s"], mem_mb=limits["mem_mb"], build_timeout_s=limits["build_timeout_s"]
         ),
-        timeouts=TimeoutPolicy.from_config(sim),
+        timeouts=TimeoutPolicy.from_config(limits),
     )
     passed = sum(r["passed"] for r in results)
     print(f"shard {shard}/{num_shards}: {len(results)} samples scored, {passed} passing")

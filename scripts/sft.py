@@ -14,8 +14,10 @@ with script_logging(snakemake):
             out_dir=snakemake.output.model,
             epochs=stage["epochs"],
             lr=stage["lr"],
-            seed=stage.get("seed", 0),
+            seed=stage["seed"],
+            # the checkpoint interval changes no result: config, not a param (no re-run)
+            save_steps=snakemake.config["sft"]["save_steps"],
             **snakemake.params.settings,
         ),
-        snakemake.params.launch,
+        {**snakemake.params.launch, "compile_cache": snakemake.config["compile_cache"]},
     )

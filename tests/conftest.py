@@ -18,7 +18,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 def default_config() -> dict:
-    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    """config/config.yaml, completed with the schema's defaults (as the workflow sees it)."""
+    from chorus.config import check_config
+
+    return check_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
 
 
 def write_config(path: Path, config: dict) -> Path:

@@ -171,6 +171,9 @@ def test_sft_loss_decreases_on_a_fixed_batch(base, tmp_path):
     assert metrics["steady_tokens_per_s"] > 0  # 5 steps: 2 after the warm-up
     saved = json.loads((tmp_path / "fixed" / "train_metrics.json").read_text())
     assert saved["steps"] == 5 and saved["tokens_per_s"] == pytest.approx(metrics["tokens_per_s"])
+    # the same losses as offline TensorBoard event files beside the model
+    events = list((tmp_path / "fixed" / "runs").rglob("events.out.tfevents.*"))
+    assert events and b"train/loss" in b"".join(e.read_bytes() for e in events)
 
 
 def test_auto_kernels_follow_the_device():

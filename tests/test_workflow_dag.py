@@ -52,11 +52,21 @@ def test_dag_3_stages_4_experts_5_merges(tmp_path):
         "generate": evaluated + harvested,
         "score_shard": (evaluated + harvested) * shards,
         "gather_scores": evaluated + harvested,
+        "harvest_settings": 1,
         "consolidate_data": 1,
         "consolidate_sft": 1,
         "aggregate": 1,
+        "report_tables": 1,
         "plots": 1,
         "all": 1,
     }
     assert counts.pop("total") == sum(expected.values())
     assert counts == expected
+
+    # seeds: every expert trained and evaluated once more per extra seed, nothing else
+    config["seeds"] = [0, 1]
+    path = write_config(tmp_path / "seeds.yaml", config)
+    proc = run_snakemake(["-n", "--nolock", "--forceall", "--configfile", str(path)])
+    with_seeds = job_counts(proc.stdout + proc.stderr)
+    assert with_seeds["rl"] == 2 * len(experts) and with_seeds["merge"] == len(methods)
+    assert with_seeds["generate"] == expected["generate"] + len(experts)

@@ -18,3 +18,12 @@ def test_every_rule_has_log_and_benchmark():
         text = smk.read_text()
         rules = text.count("\nrule ")
         assert text.count("    log:") == rules and text.count("    benchmark:") == rules, smk.name
+
+
+def test_snakemake_lint_is_clean():
+    proc = subprocess.run(
+        [str(BIN / "snakemake"), "--lint", "-s", str(REPO / "Snakefile")],
+        cwd=REPO, capture_output=True, text=True,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Congratulations" in output, output[-4000:]

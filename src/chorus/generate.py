@@ -18,7 +18,7 @@ import time
 import zlib
 from pathlib import Path
 
-from chorus.io import read_jsonl, write_jsonl
+from chorus.io import Progress, read_jsonl, write_jsonl
 from chorus.prompts import build_prompt, render_prompt
 from chorus.tasks import Task
 
@@ -66,6 +66,7 @@ def sample_completions(
     if todo:
         draw = {"generate": _hf_sampler, "continuous": _continuous_sampler, "static": _static_sampler,
                 "vllm": _vllm_sampler}[sampler]
+        progress = Progress("generated samples", sum(len(ids) for ids in todo.values()))
         with open(partial, "a") as sidecar:
             for task_id, sample_id, text, n_tokens in draw(
                 model_dir, [t for t in tasks if t.id in todo], todo,
@@ -77,6 +78,7 @@ def sample_completions(
                 sidecar.write(json.dumps(row) + "\n")
                 sidecar.flush()
                 os.fsync(sidecar.fileno())
+                progress.update()
     rows = {(r["task_id"], int(r["sample_id"])): r for r in read_jsonl(partial)}
     ordered = [rows[(t.id, i)] for t in tasks for i in range(k)]
     write_jsonl(out_jsonl, ordered)

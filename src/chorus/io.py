@@ -90,6 +90,13 @@ def script_logging(snakemake):
             sys.stdout.flush()
 
 
+def prepend_pythonpath(path: str) -> None:
+    """Put `path` first on PYTHONPATH for the processes this one starts (the workflow's
+    job scripts import chorus from the checkout, also inside conda envs)."""
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != path]
+    os.environ["PYTHONPATH"] = os.pathsep.join([path, *rest])
+
+
 def resolve_device(device: str) -> str:
     """config `device: auto|cpu|cuda` -> the device this job uses."""
     if device != "auto":
@@ -97,3 +104,34 @@ def resolve_device(device: str) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Progress:
+    """Progress lines for a job's log: '<what>: 12/40 (30%), 1.8/s, ~16 s left', logged
+    at the first and last item and otherwise at most every `every_s` seconds."""
+
+    def __init__(self, what: str, total: int, every_s: float = 30.0, clock=None):
+        import time
+
+        self.what, self.total, self.every_s = what, total, every_s
+        self.clock = clock or time.monotonic
+        self.done = 0
+        self.start = self.last = self.clock()
+        self.log = logging.getLogger("chorus.progress")
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = self.clock()
+        if self.done in (n, self.total) or now - self.last >= self.every_s:
+            self.last = now
+            self.log.info(self.line(now))
+
+    def line(self, now: float) -> str:
+        elapsed = now - self.start
+        rate = self.done / elapsed if elapsed > 0 else float("nan")
+        share = self.done / self.total if self.total else 1.0
+        left = (self.total - self.done) / rate if rate and rate == rate else float("nan")
+        return (
+            f"{self.what}: {self.done}/{self.total} ({share:.0%}), {rate:.2f}/s"
+            + (f", ~{left:.0f} s left" if left == left and self.done < self.total else "")
+        )

@@ -8,14 +8,13 @@ too, so a bad config fails at start-up with a message naming the key.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+from chorus.config import ConfigError
 
 MODEL_KINDS = ("base", "sft", "rl", "merge", "consolidated")
 POOLS = ("eval", "harvest")  # eval: held-out evaluation; harvest: train-task samples for distillation
-
-
-class ConfigError(ValueError):
-    """The config passed the schema but is inconsistent (e.g. an unknown stage name)."""
 
 
 @dataclass(frozen=True)
@@ -36,13 +35,28 @@ def _unique(names: list[str], what: str) -> None:
         seen.add(name)
 
 
+REPLICA = re.compile(r"^(?P<expert>.+)\.seed(?P<seed>\d+)$")
+
+
+def replica_group(model_id: str) -> str:
+    """The model a seed replicate repeats: rl/easy_dense.seed1 -> rl/easy_dense."""
+    match = REPLICA.match(model_id)
+    return match["expert"] if match else model_id
+
+
 class Plan:
-    def __init__(self, config: dict, results: str = "results"):
-        self.config = config
-        self.results = results
+    """The plan of a config; the schema's defaults are filled into it first (the workflow
+    has chorus.config.check_config do that and validate)."""
+
+    def __init__(self, config: dict):
+        from chorus.config import fill_defaults
+
+        self.config = fill_defaults(config)
+        self.results = f"results/{config['run_name']}" if config.get("run_name") else "results"
         self.stages = [s["name"] for s in config["sft"]["stages"]]
         self.experts = [e["name"] for e in config["rl"]["experts"]]
         self.merges = [m["name"] for m in config["merge"]["strategies"]]
+        self.seeds = list(config.get("seeds", [0]))
         self.check()
 
     # -- validation beyond the schema -------------------------------------------------
@@ -50,6 +64,9 @@ class Plan:
         _unique(self.stages, "sft.stages")
         _unique(self.experts, "rl.experts")
         _unique(self.merges, "merge.strategies")
+        for i, name in enumerate(self.experts):
+            if REPLICA.match(name):
+                raise ConfigError(f"rl.experts[{i}].name: {name!r} ends like a seed replicate (.seed<N>)")
         for i, expert in enumerate(self.config["rl"]["experts"]):
             if expert["from_stage"] not in self.stages:
                 raise ConfigError(
@@ -80,29 +97,58 @@ class Plan:
 
     # -- lookups ----------------------------------------------------------------------
     def stage(self, name: str) -> dict:
-        return next(s for s in self.config["sft"]["stages"] if s["name"] == name)
+        """The stage's settings; its `seed` defaults to sft.seed."""
+        spec = next(s for s in self.config["sft"]["stages"] if s["name"] == name)
+        return {"seed": self.config["sft"]["seed"], **spec}
 
     def previous_stage(self, name: str) -> str | None:
         index = self.stages.index(name)
         return self.stages[index - 1] if index else None
 
     def expert(self, name: str) -> dict:
+        """An expert's GRPO settings: the shared `rl` values under its own, its seed raised
+        by its replicate seed: seeds[0] for the expert itself (plain name), s for the
+        replicate `<expert>.seed<s>` of each further seed."""
         rl = self.config["rl"]
-        spec = next(e for e in rl["experts"] if e["name"] == name)
-        shared = {k: v for k, v in rl.items() if k != "experts"}
-        return {**shared, "reward": "dense", "seed": 0, **spec}
+        match = REPLICA.match(name)
+        base = match["expert"] if match else name
+        spec = next(e for e in rl["experts"] if e["name"] == base)
+        # save_steps changes no result: the rl script reads it from the config, so it is
+        # not part of the rule's params and editing it re-runs nothing
+        shared = {k: v for k, v in rl.items() if k not in ("experts", "save_steps")}
+        settings = {**shared, **spec}
+        settings.update(name=name, seed=settings["seed"] + self.replicate_seed("rl", name))
+        return settings
+
+    def replicate_seed(self, kind: str, name: str) -> int:
+        """The seed-replicate offset of a model: s for rl/<expert>.seed<s>, seeds[0] for
+        rl/<expert>, 0 for models that are not repeated per seed."""
+        if kind != "rl":
+            return 0
+        match = REPLICA.match(name)
+        return int(match["seed"]) if match else self.seeds[0]
+
+    @property
+    def expert_replicas(self) -> list[str]:
+        """Every RL model trained: the experts, then their repeats for seeds[1:]."""
+        return self.experts + [f"{e}.seed{s}" for s in self.seeds[1:] for e in self.experts]
+
+    def eval_seed(self, kind: str, name: str) -> int:
+        """Sampling seed of a model's evaluation (and harvest): eval.seed, raised by the
+        replicate seed like the expert's training seed, so each replicate is a fresh draw."""
+        return self.config["eval"]["seed"] + self.replicate_seed(kind, name)
 
     def merge(self, name: str) -> dict:
         return next(m for m in self.config["merge"]["strategies"] if m["name"] == name)
 
     def merge_experts(self, name: str) -> list[str]:
-        experts = self.merge(name).get("experts", "all")
+        experts = self.merge(name)["experts"]
         return list(self.experts) if experts == "all" else list(experts)
 
     def merge_base_stage(self, name: str) -> str:
         """SFT checkpoint used as the merge's base model (task vectors are taken against it)."""
         merge = self.merge(name)
-        if "base_stage" in merge:
+        if merge.get("base_stage"):
             return merge["base_stage"]
         stages = [self.expert(e)["from_stage"] for e in self.merge_experts(name)]
         # the latest stage any of the merged experts started from
@@ -110,20 +156,20 @@ class Plan:
 
     @property
     def consolidate_enabled(self) -> bool:
-        return bool(self.config.get("consolidate", {}).get("enabled", False))
+        return self.config["consolidate"]["enabled"]
 
     @property
     def consolidate_base_stage(self) -> str:
         """SFT checkpoint the distilled model starts from (default: the last stage)."""
-        return self.config.get("consolidate", {}).get("base_stage", self.stages[-1])
+        return self.config["consolidate"]["base_stage"] or self.stages[-1]
 
     @property
     def consolidated_names(self) -> list[str]:
         if not self.consolidate_enabled:
             return []
-        name = self.config["consolidate"].get("name", "distill")
+        name = self.config["consolidate"]["name"]
         names = [name]
-        if self.config["consolidate"].get("rl_after"):
+        if self.config["consolidate"]["rl_after"]:
             names.append(f"{name}_rl")
         return names
 
@@ -131,17 +177,17 @@ class Plan:
     def models(self) -> list[ModelRef]:
         """Every model the workflow evaluates."""
         refs = []
-        if self.config["eval"].get("include_base", True):
+        if self.config["eval"]["include_base"]:
             refs.append(ModelRef("base", "base"))
         refs += [ModelRef("sft", s) for s in self.stages]
-        refs += [ModelRef("rl", e) for e in self.experts]
+        refs += [ModelRef("rl", e) for e in self.expert_replicas]
         refs += [ModelRef("merge", m) for m in self.merges]
         refs += [ModelRef("consolidated", c) for c in self.consolidated_names]
         return refs
 
     def model_dir(self, kind: str, name: str) -> str:
         if kind == "base":
-            external = self.config["model"].get("base")
+            external = self.config["model"]["base"]
             return external if external else f"{self.results}/models/base"
         if kind not in MODEL_KINDS:
             raise ConfigError(f"unknown model kind {kind!r}")

@@ -8,6 +8,7 @@ expert complementarity matrix.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from chorus.metrics import pass_at_k
@@ -89,42 +90,128 @@ def complementarity(per_sample: pd.DataFrame, experts: list[str]) -> pd.DataFram
     return matrix
 
 
-def plot_heatmap(per_task: pd.DataFrame, path: str) -> None:
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    height = max(3.0, 0.3 * len(per_task) + 1.5)
-    width = max(5.0, 0.55 * len(per_task.columns) + 3.0)
-    fig, ax = plt.subplots(figsize=(width, height))
-    image = ax.imshow(per_task.to_numpy(dtype=float), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(len(per_task.columns)), per_task.columns, rotation=60, ha="right")
-    ax.set_yticks(range(len(per_task.index)), per_task.index)
-    ax.set_title("Per-task Pass@1")
-    fig.colorbar(image, ax=ax, label="Pass@1")
+    return plt
+
+
+def _annotate(ax, values, fmt, white_text) -> None:
+    """Write each cell's value into it; white_text(value) says where the cell is dark."""
+    for (i, j), value in ((ij, values[ij]) for ij in np.ndindex(values.shape)):
+        text = "–" if pd.isna(value) else fmt.format(value)
+        colour = "white" if not pd.isna(value) and white_text(value) else "black"
+        ax.text(j, i, text, ha="center", va="center", color=colour, fontsize=8)
+
+
+def plot_heatmap(per_task: pd.DataFrame, path: str, coverage: pd.DataFrame | None = None) -> None:
+    """Tasks x models heatmaps of Pass@1 and, beside it, the mean coverage score (which
+    still separates the models when nothing passes and Pass@1 is 0 everywhere). Each cell
+    carries its value; the colour scale is fixed to 0..1 on both."""
+    plt = _pyplot()
+    panels = [("Per-task Pass@1", per_task)]
+    if coverage is not None:
+        panels.append(("Per-task mean coverage score", coverage.reindex(index=per_task.index)))
+    height = max(3.0, 0.32 * len(per_task) + 2.0)
+    width = max(5.0, 0.6 * len(per_task.columns) + 3.0)
+    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height), squeeze=False)
+    for ax, (title, table) in zip(axes[0], panels):
+        values = table.to_numpy(dtype=float)
+        image = ax.imshow(values, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        _annotate(ax, values, "{:.2f}", white_text=lambda v: v < 0.6)  # viridis is dark below
+        ax.set_xticks(range(len(table.columns)), table.columns, rotation=60, ha="right")
+        ax.set_yticks(range(len(table.index)), table.index)
+        if len(values) and (values[~pd.isna(values)] == 0).all():
+            title += "\n(0 for every model and task)"
+        ax.set_title(title)
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def plot_complementarity(matrix: pd.DataFrame, path: str) -> None:
-    import matplotlib
+    """Expert i x expert j: tasks i solves and j does not, as integer counts on a
+    discrete scale from 0 to the number of tasks either solves."""
+    from matplotlib.colors import BoundaryNorm
+    from matplotlib.ticker import MaxNLocator
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    size = max(4.0, 0.8 * len(matrix) + 2.5)
-    fig, ax = plt.subplots(figsize=(size, size))
-    image = ax.imshow(matrix.to_numpy(dtype=float), cmap="magma")
-    ax.set_xticks(range(len(matrix.columns)), matrix.columns, rotation=60, ha="right")
+    plt = _pyplot()
+    top = max(1, int(matrix.to_numpy().max()) if matrix.size else 1)
+    size = max(4.5, 0.9 * len(matrix) + 3.0)
+    fig, ax = plt.subplots(figsize=(size + 1.0, size))
+    cmap = plt.get_cmap("Blues", top + 1)
+    norm = BoundaryNorm([b - 0.5 for b in range(top + 2)], cmap.N)
+    image = ax.imshow(matrix.to_numpy(dtype=float), cmap=cmap, norm=norm)
+    _annotate(ax, matrix.to_numpy(dtype=float), "{:.0f}", white_text=lambda v: v > top / 2)
+    ax.set_xticks(range(len(matrix.columns)), matrix.columns, rotation=45, ha="right")
     ax.set_yticks(range(len(matrix.index)), matrix.index)
-    for (i, j), value in pd.DataFrame(matrix.to_numpy()).stack().items():
-        ax.text(j, i, str(value), ha="center", va="center", color="white")
     ax.set_xlabel("expert j (does not solve)")
     ax.set_ylabel("expert i (solves)")
-    ax.set_title("Tasks solved by i but not by j")
-    fig.colorbar(image, ax=ax)
+    ax.set_title("Tasks solved by expert i but not by j", pad=12)
+    bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="tasks")
+    bar.locator = MaxNLocator(integer=True)
+    bar.update_ticks()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_coverage_distribution(per_sample: pd.DataFrame, path: str) -> None:
+    """Per model, the distribution of the samples' coverage score (the dense reward):
+    a box per model with every sample as a dot."""
+    plt = _pyplot()
+    models = list(dict.fromkeys(per_sample["model"]))
+    width = max(6.0, 0.6 * len(models) + 2.5)
+    fig, ax = plt.subplots(figsize=(width, 4.5))
+    data = [per_sample.loc[per_sample["model"] == m, "score"].astype(float).to_numpy() for m in models]
+    ax.boxplot(data, showfliers=False)
+    for i, values in enumerate(data, start=1):
+        jitter = [i + 0.15 * ((k % 7) - 3) / 3 for k in range(len(values))]
+        ax.scatter(jitter, values, s=8, alpha=0.5, color="tab:blue")
+    ax.set_xticks(range(1, len(models) + 1), models, rotation=60, ha="right")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylabel("coverage score")
+    ax.set_title("Coverage score of every evaluated sample")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_training_curves(curves: dict[str, pd.DataFrame], path: str) -> None:
+    """SFT loss per stage; GRPO total reward, its terms (coverage and format) and KL per
+    expert; one panel each, from the metrics the training jobs wrote."""
+    from matplotlib.ticker import MaxNLocator
+
+    plt = _pyplot()
+    sft, rl = curves["sft"], curves["rl"]
+    terms = [c for c in rl.columns if c.startswith("rewards/") and c.endswith("/mean")]
+    panels = [("SFT loss per stage", "loss", sft, "stage", ["loss"])]
+    panels.append(("GRPO reward per expert", "reward", rl, "expert", ["reward", *terms]))
+    panels.append(("GRPO KL per expert", "kl", rl, "expert", ["kl"]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 4.0))
+    for ax, (title, ylabel, frame, key, columns) in zip(axes, panels):
+        plotted = False
+        for column in columns:
+            if column not in frame.columns:
+                continue
+            for name, group in frame.groupby(key, sort=False):
+                label = name if len(columns) == 1 else f"{name}: {column.removeprefix('rewards/')}"
+                style = "-" if column in ("loss", "reward", "kl") else "--"
+                ax.plot(group["step"], group[column], style, marker="o", markersize=3, label=label)
+                plotted = True
+        if plotted:
+            ax.legend(fontsize=7)
+        else:
+            why = "\n(TRL logs it only when rl.beta > 0)" if ylabel == "kl" else ""
+            ax.text(0.5, 0.5, f"no {ylabel} logged{why}", ha="center", va="center", transform=ax.transAxes)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     plt.close(fig)

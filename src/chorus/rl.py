@@ -19,7 +19,7 @@ from pathlib import Path
 from chorus.harness import SandboxLimits, prebuild, score_many
 from chorus.harness.timeouts import TimeoutPolicy
 from chorus.prompts import build_prompt, extract_stimulus
-from chorus.sft import finalize, precision_flags, prepare_work_dir, stage_callback
+from chorus.sft import finalize, precision_flags, prepare_work_dir, report_targets, stage_callback
 from chorus.tasks import Task, load_manifest
 
 log = logging.getLogger(__name__)
@@ -313,7 +313,7 @@ def train_expert(
         save_strategy="steps",
         save_steps=save_steps,
         save_total_limit=2,
-        report_to="none",
+        report_to=report_targets(),
         seed=seed,
         data_seed=seed,
         deepspeed=deepspeed_config,

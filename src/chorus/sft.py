@@ -85,6 +85,13 @@ def kernel_settings(attn: str = "auto", liger: bool | str = "auto", on_gpu: bool
     return {"attn_implementation": attn, "padding_free": padding_free, "use_liger_kernel": bool(liger)}
 
 
+def report_targets() -> list[str] | str:
+    """Where the trainers log metrics: TensorBoard event files (offline, under the
+    model's `runs/`) when tensorboard or tensorboardX is installed, else nowhere."""
+    available = any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX"))
+    return ["tensorboard"] if available else "none"
+
+
 def prepare_work_dir(out_dir: str | Path, resume: bool) -> tuple[Path, str | None]:
     """(work dir, checkpoint to resume from or None); without `resume`, old checkpoints go."""
     work_dir = work_dir_for(out_dir)
@@ -109,6 +116,8 @@ def finalize(trainer, out_dir: str | Path, work_dir: Path, metrics_name: str, me
             trainer.processing_class.save_pretrained(str(final))
         (final / "training_args.bin").unlink(missing_ok=True)
         atomic_write_json(final / metrics_name, json.loads(json.dumps(metrics, default=str)))
+        if (work_dir / "runs").is_dir():  # TensorBoard event files of every (resumed) start
+            shutil.move(str(work_dir / "runs"), str(final / "runs"))
         if out_dir.exists():
             shutil.rmtree(out_dir)
         final.rename(out_dir)
@@ -248,7 +257,7 @@ def train_stage(
         save_steps=save_steps,
         save_total_limit=2,
         include_num_input_tokens_seen="non_padding",
-        report_to="none",
+        report_to=report_targets(),
         seed=seed,
         data_seed=seed,
         deepspeed=deepspeed_config,

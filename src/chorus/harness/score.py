@@ -322,7 +322,7 @@ def score_generations(
     rest is scored. `out_jsonl` itself appears (atomically) only once every row has its
     result, in the order of `rows`.
     """
-    from chorus.io import read_jsonl, write_jsonl
+    from chorus.io import Progress, read_jsonl, write_jsonl
 
     extract = _stimulus_extractor()
     out_jsonl = Path(out_jsonl)
@@ -354,6 +354,7 @@ def score_generations(
     for task in {tasks[r["task_id"]].design_hash(): tasks[r["task_id"]] for r in todo}.values():
         prebuild(task, cache_dir)
     lock = threading.Lock()
+    progress = Progress("scored samples", len(todo))
 
     def run(row: dict) -> None:
         result = score(
@@ -370,6 +371,7 @@ def score_generations(
             sidecar.write(json.dumps(record, sort_keys=True) + "\n")
             sidecar.flush()
             os.fsync(sidecar.fileno())
+            progress.update()
 
     torn = partial.exists() and partial.stat().st_size and not partial.read_bytes().endswith(b"\n")
     with open(partial, "a") as sidecar:

@@ -1,0 +1,165 @@
+"""The report's tables and plots (chorus.report_pages, chorus.report) on a small
+per-sample table, and the Snakemake report of a finished run."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from chorus import report, report_pages as pages
+from conftest import run_snakemake
+
+EXPERTS = ["rl/a", "rl/b"]
+
+
+def sample_table() -> pd.DataFrame:
+    """Two tasks x two samples for a base model and two experts: expert a solves t1,
+    expert b solves t2, the base model solves nothing."""
+    rows = []
+    outcomes = {
+        "base/base": {"t1": [0, 0], "t2": [0, 0]},
+        "rl/a": {"t1": [1, 0], "t2": [0, 0]},
+        "rl/b": {"t1": [0, 0], "t2": [1, 1]},
+    }
+    for model, tasks in outcomes.items():
+        for task, passes in tasks.items():
+            for sample, passed in enumerate(passes):
+                rows.append({
+                    "model": model, "task_id": task, "sample_id": sample, "passed": bool(passed),
+                    "score": 1.0 if passed else 0.25, "status": "ok" if passed else "below_target",
+                    "cov_line": 1.0 if passed else 0.5, "cov_branch": 1.0 if passed else 0.0,
+                })
+    return pd.DataFrame(rows)
+
+
+class FakeTask:
+    def __init__(self, id, difficulty, family=None):
+        self.id, self.difficulty = id, difficulty
+        if family is not None:
+            self.family = family
+
+
+def test_status_and_coverage_breakdowns():
+    per_sample = sample_table()
+    status = pages.status_breakdown(per_sample)
+    assert status.loc["base/base", "below_target"] == 4 and status.loc["rl/b", "ok"] == 2
+    assert (status["samples"] == 4).all()
+    coverage = pages.coverage_by_metric(per_sample)
+    assert coverage.loc["rl/b", "line"] == pytest.approx(0.75)
+    assert coverage.loc["base/base", "branch"] == 0.0
+    assert list(coverage.columns) == ["line", "branch", "mean score"]
+
+
+def test_pass1_per_difficulty_and_optional_family():
+    per_sample = sample_table()
+    plain = pages.task_attributes([FakeTask("t1", "easy"), FakeTask("t2", "hard")])
+    assert "family" not in plain.columns and pages.pass1_by(per_sample, plain, "family") is None
+    by_difficulty = pages.pass1_by(per_sample, plain, "difficulty")
+    assert by_difficulty.loc["rl/a", "easy (1 tasks)"] == 0.5
+    assert by_difficulty.loc["rl/b", "hard (1 tasks)"] == 1.0
+    families = pages.task_attributes([FakeTask("t1", "easy", "fifo"), FakeTask("t2", "hard", "fsm")])
+    assert pages.pass1_by(per_sample, families, "family").loc["rl/b", "fsm (1 tasks)"] == 1.0
+
+
+def test_complementarity_tables():
+    per_sample = sample_table()
+    winners = pages.task_winners(per_sample, EXPERTS)
+    assert winners.loc["t1", "winner"] == "rl/a" and winners.loc["t2", "winner"] == "rl/b"
+    disagreement = pages.pairwise_disagreement(per_sample, EXPERTS)
+    assert disagreement.loc["rl/a", "rl/b"] == 1.0 and disagreement.loc["rl/a", "rl/a"] == 0.0
+    summary = report.summary_table(per_sample, [1], EXPERTS)
+    gap = pages.oracle_gap(summary, EXPERTS)
+    # oracle: t1 0.5 (a), t2 1.0 (b) -> 0.75; a alone 0.25, b alone 0.5
+    assert gap.loc["rl/a", "gap"] == pytest.approx(0.5) and gap.loc["rl/b", "gap"] == pytest.approx(0.25)
+
+
+def test_seed_summary_interval_and_interval_columns_render():
+    summary = pd.DataFrame({
+        "model": ["rl/a", "rl/a.seed1", "rl/a.seed2", "base/base"],
+        "pass@1": [0.2, 0.4, 0.3, 0.0],
+        "mean_coverage": [0.5, 0.5, 0.5, 0.1],
+    })
+    seeds = pages.seed_summary(summary).set_index("model")
+    assert seeds.loc["rl/a", "seeds"] == 3 and seeds.loc["rl/a", "pass@1"] == pytest.approx(0.3)
+    # t(0.975, 2) * 0.1 / sqrt(3) = 4.303 * 0.0577
+    assert seeds.loc["rl/a", "pass@1 95% high"] == pytest.approx(0.3 + 0.2484, abs=1e-3)
+    assert math.isnan(seeds.loc["base/base", "pass@1 95% low"])
+    html = pages.table_html(seeds, "Seeds")
+    assert "0.300 [0.052, 0.548]" in html and "95% low" not in html
+    # bootstrap columns of the summary (another step adds them) render the same way
+    summary["pass@1_low"], summary["pass@1_high"] = 0.1, 0.5
+    assert "[0.100, 0.500]" in pages.table_html(summary, "Summary")
+
+
+def test_banner_names_the_dominant_failure():
+    per_sample = sample_table()
+    assert "failed" not in pages.banner_html(pages.run_status(per_sample))
+    failed = per_sample.assign(passed=False, status=["syntax_error"] * 10 + ["timeout"] * 2)
+    status = pages.run_status(failed)
+    assert status["dominant_failure"] == "syntax_error"
+    banner = pages.banner_html(status)
+    assert "Every one of the 12" in banner and "syntax_error" in banner and "83%" in banner
+
+
+def test_plots_are_written(tmp_path):
+    per_sample = sample_table()
+    per_task = report.per_task_pass1(per_sample, EXPERTS)
+    coverage = per_sample.pivot_table(index="task_id", columns="model", values="score")
+    report.plot_heatmap(per_task, tmp_path / "heatmap.png", coverage=coverage)
+    report.plot_complementarity(report.complementarity(per_sample, EXPERTS), tmp_path / "comp.png")
+    report.plot_coverage_distribution(per_sample, tmp_path / "cov.png")
+    curves = {
+        "sft": pd.DataFrame({"stage": ["s"] * 3, "step": [1, 2, 3], "loss": [3.0, 2.0, 1.5]}),
+        "rl": pd.DataFrame({"expert": ["a"] * 2, "step": [1, 2], "reward": [0.1, 0.2],
+                            "rewards/coverage_reward/mean": [0.1, 0.2], "kl": [0.0, 0.01]}),
+    }
+    report.plot_training_curves(curves, tmp_path / "curves.png")
+    empty = {"sft": pd.DataFrame(), "rl": pd.DataFrame()}
+    report.plot_training_curves(empty, tmp_path / "empty.png")
+    for name in ("heatmap", "comp", "cov", "curves", "empty"):
+        assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_snakemake_report_of_a_run_has_the_sections(local_run):
+    """The report of the embedded default run: first-page status, HTML tables, plots."""
+    out = local_run / "report.html"
+    run_snakemake(["--report", str(out), "--directory", str(local_run),
+                   "--configfile", str(local_run / "config.yaml")])
+    text = out.read_text()
+    for name in ("overview.html", "breakdown.html", "complementarity.html", "seeds.html",
+                 "per_task_heatmap.png", "expert_complementarity.png",
+                 "coverage_distribution.png", "training_curves.png"):
+        assert name in text, name
+    # the first page carries the run's status line (or the all-failed banner)
+    assert "evaluated samples" in text
+    overview = (local_run / "results" / "report" / "overview.html").read_text()
+    for heading in ("Summary: Pass@k", "Samples per status", "Mean coverage per metric"):
+        assert heading in overview
+
+
+def test_progress_lines_count_rate_and_time_left(caplog):
+    from chorus.io import Progress
+
+    now = [0.0]
+    progress = Progress("scored samples", 10, every_s=5, clock=lambda: now[0])
+    with caplog.at_level("INFO", logger="chorus.progress"):
+        for _ in range(10):
+            now[0] += 1.0
+            progress.update()
+    lines = [r.getMessage() for r in caplog.records]
+    # the first item, then every 5 s of the (fake) clock, and the last item
+    assert lines[0] == "scored samples: 1/10 (10%), 1.00/s, ~9 s left"
+    assert lines[-1] == "scored samples: 10/10 (100%), 1.00/s"
+    assert len(lines) == 3
+
+
+def test_compare_runs_side_by_side(tmp_path):
+    from chorus.compare import compare_runs
+
+    for run, value in (("a", 0.25), ("b", 0.5)):
+        (tmp_path / run / "tables").mkdir(parents=True)
+        pd.DataFrame({"model": ["rl/x"], "pass@1": [value]}).to_csv(tmp_path / run / "tables" / "summary.csv", index=False)
+    table = compare_runs([tmp_path / "a", tmp_path / "b"])
+    assert table.to_dict("records") == [{"run": "a", "model": "rl/x", "pass@1": 0.25},
+                                        {"run": "b", "model": "rl/x", "pass@1": 0.5}]
