@@ -18,6 +18,7 @@ report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
+include: "rules/synth.smk"
 include: "rules/data.smk"
 include: "rules/sft.smk"
 include: "rules/rl.smk"

@@ -93,3 +93,71 @@ def plan_designs(
     if count and not family_names:
         raise ValueError(f"synth: no families for the {split} split")
     return [(i, family_names[i % len(family_names)]) for i in range(count)]
+
+
+def split_families(cfg: dict) -> dict[str, list[str]]:
+    """Families of each split: the held-out `test_families` never make train tasks; test
+    tasks come from every family (the train families with held-out parameter ranges)."""
+    from chorus.synth import all_families
+
+    known = list(all_families())
+    chosen = known if cfg.get("families", "all") == "all" else list(cfg["families"])
+    unknown = [f for f in chosen + list(cfg.get("test_families", [])) if f not in known]
+    if unknown:
+        raise ValueError(f"synth: unknown families {unknown} (known: {', '.join(known)})")
+    held_out = [f for f in cfg.get("test_families", []) if f in chosen]
+    return {"train": [f for f in chosen if f not in held_out], "test": chosen}
+
+
+def corpus_jobs(cfg: dict) -> list[tuple[str, int, str]]:
+    """Every design of the corpus as (split, index, family)."""
+    fams = split_families(cfg)
+    jobs = []
+    for split, key in (("train", "train_designs"), ("test", "test_designs")):
+        jobs += [(split, i, f) for i, f in plan_designs(split, cfg.get(key, 0), fams[split], cfg.get("seed", 0))]
+    return jobs
+
+
+def shard_jobs(cfg: dict, shard: int, shards: int) -> list[tuple[str, int, str]]:
+    return corpus_jobs(cfg)[shard::shards]
+
+
+def gather_corpus(stats_files: list, shard_dirs: list, out_json: str | Path) -> dict:
+    """One listing of every verified task of the shards ({id, split, family, dir}) with
+    the summed statistics; written atomically to `out_json`."""
+    import json
+    from collections import Counter
+
+    from chorus.io import atomic_write_json
+    from chorus.tasks import load_task
+
+    totals: Counter = Counter()
+    rejected: Counter = Counter()
+    by_family: Counter = Counter()
+    wall = 0.0
+    for path in stats_files:
+        stats = json.loads(Path(path).read_text())
+        totals.update({k: stats[k] for k in ("designs", "kept", "examples", "variants_dropped")})
+        rejected.update(stats["rejected"])
+        by_family.update(stats["kept_by_family"])
+        wall += stats["wall_s"]
+    tasks = []
+    for folder in shard_dirs:
+        for sub in sorted(Path(folder).iterdir()):
+            if sub.is_dir() and not sub.name.startswith("."):
+                task = load_task(sub)
+                tasks.append({"id": task.id, "split": task.split, "family": task.family,
+                              "examples": len(task.references()), "dir": str(sub.resolve())})
+    splits = Counter(t["split"] for t in tasks)
+    summary = {
+        **dict(totals),
+        "train_tasks": splits["train"],
+        "test_tasks": splits["test"],
+        "train_examples": sum(t["examples"] for t in tasks if t["split"] == "train"),
+        "rejected": dict(sorted(rejected.items())),
+        "kept_by_family": dict(sorted(by_family.items())),
+        "shard_wall_s": round(wall, 1),
+        "tasks": tasks,
+    }
+    atomic_write_json(out_json, summary)
+    return summary
