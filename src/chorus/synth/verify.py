@@ -58,6 +58,7 @@ def generate_and_verify(
     tasks = []
     rejects: Counter = Counter()
     errors: dict[str, str] = {}
+    examples_of_rejects: dict[str, str] = {}
     for split, index, family in jobs:
         tid = task_id(family, split, seed, index)
         try:
@@ -80,6 +81,8 @@ def generate_and_verify(
             reason = "trivial_reaches_target"
         if reason:
             rejects[reason] += 1
+            detail = (refs[0].detail if reason.startswith("reference") else trivial.detail)[-300:]
+            examples_of_rejects.setdefault(reason, f"{task.id}: {detail}")
             continue
         good = [
             path
@@ -107,6 +110,7 @@ def generate_and_verify(
         "rejected": {k: v for k, v in sorted(rejects.items()) if k != "variant_dropped"},
         "variants_dropped": rejects["variant_dropped"],
         "generator_errors": errors,
+        "reject_examples": examples_of_rejects,
         "kept_by_family": dict(sorted(stats_by_family.items())),
         "wall_s": round(time.perf_counter() - started, 2),
         "tasks": kept,

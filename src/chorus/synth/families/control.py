@@ -328,12 +328,14 @@ def fifo(rng: random.Random, split: str) -> Design:
     rtl = style.header(name, ports, {cnt})
     rtl += f"  {style.var(width)} mem [0:{depth - 1}];\n  {style.var(aw)} wp, rp;\n  {style.wire(1)} do_wr, do_rd;\n"
     rtl += f"  assign do_wr = {wr} && !{full};\n  assign do_rd = {rd} && !{empty};\n"
-    rtl += f"  always @(posedge {style.clocking.clock}) if (do_wr) mem[wp] <= {din};\n"
     rtl += _reset_block(
         style,
         [f"wp <= {lit(aw, 0)};", f"rp <= {lit(aw, 0)};", f"{cnt} <= {lit(aw + 1, 0)};"],
         [
-            f"if (do_wr) wp <= wp + {lit(aw, 1)};",
+            "if (do_wr) begin",
+            f"  mem[wp] <= {din};",
+            f"  wp <= wp + {lit(aw, 1)};",
+            "end",
             f"if (do_rd) rp <= rp + {lit(aw, 1)};",
             f"if (do_wr && !do_rd) {cnt} <= {cnt} + {lit(aw + 1, 1)};",
             f"else if (do_rd && !do_wr) {cnt} <= {cnt} - {lit(aw + 1, 1)};",

@@ -66,9 +66,9 @@ def alu(rng: random.Random, split: str) -> Design:
     if registered:
         rtl += f"  {style.ff()} begin\n    if ({style.reset_cond()}) begin\n"
         rtl += f"      {y} <= {lit(width, 0)};\n      {zero} <= 1'b0;\n      {carry} <= 1'b0;\n"
-        rtl += f"    end else if (valid) begin\n      {y} <= r[W-1:0];\n      {zero} <= (r[W-1:0] == 0);\n      {carry} <= r[W];\n    end\n  end\n"
+        rtl += f"    end else if (valid) begin\n      {y} <= r[W-1:0];\n      {zero} <= ~|r[W-1:0];\n      {carry} <= r[W];\n    end\n  end\n"
     else:
-        rtl += f"  assign {y} = r[W-1:0];\n  assign {zero} = (r[W-1:0] == 0);\n  assign {carry} = r[W];\n"
+        rtl += f"  assign {y} = r[W-1:0];\n  assign {zero} = ~|r[W-1:0];\n  assign {carry} = r[W];\n"
     rtl += "endmodule\n"
     m = mask(width)
     pairs = [(0, 0), (m, m), (m, 1), (0x5555 & m, 0xAAAA & m), (0xAAAA & m, 0x5555 & m), (1, m), (3, 3)]
@@ -223,7 +223,7 @@ def priority_encoder(rng: random.Random, split: str) -> Design:
     msb_first = rng.random() < 0.5
     ow = max(1, (n - 1).bit_length())
     name = pick_name(rng, ["prio", "penc", "first_one", "lead"])
-    req, idx, valid = rng.choice(["req", "in", "bits"]), rng.choice(["idx", "index", "code"]), rng.choice(["valid", "any"])
+    req, idx, valid = rng.choice(["req", "bits", "lines_in"]), rng.choice(["idx", "index", "code"]), rng.choice(["valid", "any"])
     ports = [Port(req, "input", n, "request bits"), Port(idx, "output", ow, "index of the winning bit"), Port(valid, "output", 1, "any bit set")]
     rtl = style.header(name, ports, {idx, valid}) + f"  {style.comb()} begin\n    {idx} = {lit(ow, 0)};\n    {valid} = 1'b0;\n"
     order = list(range(n)) if msb_first else list(range(n - 1, -1, -1))
