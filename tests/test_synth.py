@@ -18,7 +18,7 @@ from chorus.synth import all_families
 from chorus.synth.contamination import check, normalise_rtl
 from chorus.synth.corpus import corpus_jobs, design_rng, make_design, split_families, task_id, write_task
 from chorus.synth.verify import generate_and_verify, target_from
-from chorus.tasks import DEFAULT_TASK_ROOT, load_task, load_tasks
+from chorus.tasks import DEFAULT_TASK_ROOT, TaskFormatError, load_task, load_tasks
 from conftest import REPO, default_config, run_snakemake, write_config
 from test_workflow_dag import job_counts
 
@@ -222,3 +222,21 @@ def test_synth_rules_scatter_in_the_dag(tmp_path):
         run_snakemake(["results/tasks/manifest.json", "-n", "--nolock", "--forceall", "--configfile", str(path)]).stdout
     )
     assert "synth_shard" not in counts and counts["prepare_tasks"] == 1
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: m.update(source="scraped"), "field 'source'"),
+        (lambda m: m.update(family="Bad Family"), "field 'family'"),
+        (lambda m: m.update(variants=["stimulus/missing.py"]), "variant stimulus not found"),
+    ],
+)
+def test_loader_checks_synthetic_fields(tmp_path, edit, message):
+    folder = _write(tmp_path, "counter", 0, "train", 0)
+    meta = yaml.safe_load((folder / "task.yaml").read_text())
+    assert load_task(folder).reference_variants  # as written: valid
+    edit(meta)
+    (folder / "task.yaml").write_text(yaml.safe_dump(meta))
+    with pytest.raises(TaskFormatError, match=message):
+        load_task(folder)
