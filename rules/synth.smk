@@ -3,6 +3,10 @@
 # then gathered into one corpus listing; prepare_tasks adds the corpus to the task set.
 
 SYNTH = config.get("synth", {})
+if SYNTH.get("enabled", False):
+    from chorus.synth.corpus import split_families
+
+    split_families(SYNTH)  # an unknown family name stops the run at start-up
 
 
 rule synth_shard:

@@ -49,7 +49,7 @@ def test_generator_is_deterministic_by_seed(tmp_path, family):
     _, mismatch, errors = filecmp.cmpfiles(first, again, [str(f) for f in files], shallow=False)
     assert not mismatch and not errors
     # other seeds give other designs (names, widths, options)
-    others = {make_design(family, s, "train", 3).files.values().__iter__().__next__() for s in range(8)}
+    others = {next(iter(make_design(family, s, "train", 3).files.values())) for s in range(8)}
     assert len(others) > 1
 
 

@@ -86,9 +86,7 @@ def write_meta(folder: Path, meta: dict) -> None:
     (Path(folder) / "task.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
 
 
-def plan_designs(
-    split: str, count: int, family_names: list[str], seed: int
-) -> list[tuple[int, str]]:
+def plan_designs(split: str, count: int, family_names: list[str]) -> list[tuple[int, str]]:
     """(index, family) of every design of a split: families in turn."""
     if count and not family_names:
         raise ValueError(f"synth: no families for the {split} split")
@@ -114,7 +112,7 @@ def corpus_jobs(cfg: dict) -> list[tuple[str, int, str]]:
     fams = split_families(cfg)
     jobs = []
     for split, key in (("train", "train_designs"), ("test", "test_designs")):
-        jobs += [(split, i, f) for i, f in plan_designs(split, cfg.get(key, 0), fams[split], cfg.get("seed", 0))]
+        jobs += [(split, i, f) for i, f in plan_designs(split, cfg.get(key, 0), fams[split])]
     return jobs
 
 
