@@ -91,19 +91,19 @@ def fsm(rng: random.Random, split: str) -> Design:
     c = style.clocking
     if two_process:
         rtl += f"  {style.comb()} begin\n    next_state = state;\n    case (state)\n" + "\n".join(cases) + "\n"
-        rtl += f"      default: next_state = S_{states[0]};\n    endcase\n  end\n"
+        rtl += "    endcase\n  end\n"  # no default: unused codes cannot occur (an unreachable line)
         rtl += f"  {style.ff()} begin\n    if ({style.reset_cond()}) state <= S_{states[0]};\n    else state <= next_state;\n  end\n"
     else:
         rtl += f"  {style.ff()} begin\n    if ({style.reset_cond()}) state <= S_{states[0]};\n    else begin\n      case (state)\n"
         rtl += "\n".join("  " + line for line in cases) + "\n"
-        rtl += f"        default: state <= S_{states[0]};\n      endcase\n    end\n  end\n"
+        rtl += "      endcase\n    end\n  end\n"
     if two_process or not style.use_case:
         chain = " :\n".join(f"      (state == S_{s}) ? {lit(out_w, outputs[s])}" for s in states)
         rtl += f"  assign {out} =\n{chain} :\n      {lit(out_w, 0)};\n"
     else:
-        rtl += f"  {style.comb()} begin\n    case (state)\n"
+        rtl += f"  {style.comb()} begin\n    {out} = {lit(out_w, 0)};\n    case (state)\n"
         rtl += "".join(f"      S_{s}: {out} = {lit(out_w, outputs[s])};\n" for s in states)
-        rtl += f"      default: {out} = {lit(out_w, 0)};\n    endcase\n  end\n"
+        rtl += "    endcase\n  end\n"
     rtl += "endmodule\n"
 
     def walk(order_seed: int) -> list[Step]:
@@ -225,7 +225,7 @@ def seq_detect(rng: random.Random, split: str) -> Design:
             stmt = f"next_state = {lit(sw, nxt)};" + (f" {hit_var} = 1'b1;" if hit else "")
             lines.append(f"        {kw}{' (' + cond + ')' if bit == 0 else ''} begin {stmt} end")
         lines.append("      end")
-    lines += [f"      default: next_state = {lit(sw, 0)};", "    endcase", "  end"]
+    lines += ["    endcase", "  end"]  # no default: next_state = state covers unused codes
     rtl += "\n".join(lines) + "\n"
     resets = [f"state <= {lit(sw, 0)};", f"{found} <= 1'b0;"] + ([f"{count} <= {lit(cw, 0)};"] if counted else [])
     body = ["state <= next_state;", f"{found} <= hit;"]
