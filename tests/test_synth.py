@@ -96,7 +96,8 @@ def test_every_family_verifies_in_simulation(verified):
     items = [(t, p.read_text()) for t in tasks.values() for p in (*t.references(), t.trivial_stimulus)]
     results = iter(score_many(items, workers=2))
     for family, task in tasks.items():
-        assert task.source == "synthetic" and task.coverage_target["line"] >= 0.8
+        assert task.source == "synthetic" and task.coverage_target.get("line", 1.0) >= 0.8
+        assert {"branch", "toggle"} <= set(task.coverage_target), task.coverage_target
         for _ in task.references():
             result = next(results)
             assert result.passed and result.status == "ok", (family, result.detail)
@@ -190,13 +191,18 @@ def test_stage_mixes_select_by_family_source_and_variants(tmp_path, verified):
     for name, stage_rows in rows.items():
         completions = [r["completion"][0]["content"] for r in stage_rows]
         assert not any(c.split("```python\n")[1].split("```")[0].strip() in trivial for c in completions), name
-    # format: one passing (shortest) reference per synthetic task, nothing shipped
-    assert {r["task_id"] for r in rows["format"]} == {t.id for t in tasks.values()}
+    # format: one passing reference per task, the shortest of its verified stimuli
+    assert [r["task_id"] for r in rows["format"]] == [t.id for t in train]
     assert {r["source"] for r in rows["format"]} == {"format"}
+    for row, task in zip(rows["format"], train):
+        shortest = min((p.read_text() for p in task.references()), key=len)
+        assert shortest.strip() in row["completion"][0]["content"]
     # the stages differ in what they show
     ids = {name: sorted((r["task_id"], r["completion"][0]["content"]) for r in stage) for name, stage in rows.items()}
     assert ids["format"] != ids["easy"] != ids["full"]
     assert len(rows["full"]) == sum(len(t.references()) for t in train)
+    synthetic = build_stage_dataset(train, {"format": True, "sources": ["synthetic"]}, tmp_path / "y.jsonl")
+    assert {r["task_id"] for r in synthetic} == {t.id for t in tasks.values()}
     one = build_stage_dataset(train, {"reference": ["easy", "medium", "hard"], "families": ["fsm"]}, tmp_path / "f.jsonl")
     assert [r["task_id"] for r in one] == [tasks["fsm"].id]
     shipped_only = build_stage_dataset(train, {"format": True, "sources": ["shipped"]}, tmp_path / "s.jsonl")

@@ -5,7 +5,7 @@ For every design: build it once, simulate the primary reference, every variant a
 trivial stimulus. The target of each metric the design has is the primary reference's
 coverage rounded down to a multiple of `TARGET_STEP` (line and branch are then
 normally 1.0). A task is kept when the reference ran cleanly and reaches at least
-`MIN_LINE` line coverage, and the trivial stimulus ran cleanly but misses the target;
+`MIN_LINE` line coverage (when the design has line points), and the trivial stimulus ran cleanly but misses the target;
 variants that fail or miss the target are dropped. Rejected designs are counted by reason.
 """
 
@@ -121,7 +121,7 @@ def _verdict(reference, trivial) -> str | None:
     """Why a design is rejected, from its primary reference and trivial runs (None: keep)."""
     if reference.status not in CLEAN:
         return f"reference_{reference.status}"
-    if reference.coverage.get("line", 0.0) < MIN_LINE:
+    if reference.coverage.get("line", 1.0) < MIN_LINE:  # no line points: continuous assigns only
         return "reference_low_line"
     if trivial.status not in CLEAN:
         return f"trivial_{trivial.status}"
