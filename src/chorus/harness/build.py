@@ -175,10 +175,11 @@ def use_compiler_cache(cache_dir: Path) -> None:
     """Compile through ccache when it is installed: every design compiles the same
     Verilator runtime (verilated*.cpp, the cocotb VPI glue), which is most of a cold
     build (docs/synth.md: 7-9 s -> ~2 s per design). ccache returns the object the
-    compiler would produce, so builds and their cache keys are unchanged."""
+    compiler would produce, so builds and their cache keys are unchanged. Its store sits
+    beside the build cache (`<cache>-ccache`), on the same shared storage."""
     if "OBJCACHE" not in os.environ and shutil.which("ccache"):
         os.environ["OBJCACHE"] = "ccache"  # read by Verilator's verilated.mk
-        os.environ.setdefault("CCACHE_DIR", str(cache_dir / "ccache"))
+        os.environ.setdefault("CCACHE_DIR", str(cache_dir.with_name(cache_dir.name + "-ccache")))
 
 
 def _run_build(task: Task, build_dir: Path, log_path: Path) -> None:
