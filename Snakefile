@@ -21,6 +21,7 @@ report: "report/workflow.rst"
 # small bookkeeping jobs run on the submitting host, not as cluster jobs
 localrules:
     all,
+    synth_corpus,
     prepare_tasks,
     sft_data,
     gather_scores,
@@ -31,6 +32,7 @@ localrules:
     plots,
 
 
+include: "rules/synth.smk"
 include: "rules/data.smk"
 include: "rules/preflight.smk"
 include: "rules/sft.smk"

@@ -120,6 +120,13 @@ def task_files():
     )
 
 
+def synth_corpus():
+    """The synthetic corpus listing when synth is enabled (rules/synth.smk), else none."""
+    if config.get("synth", {}).get("enabled", False):
+        return [f"{RESULTS}/synth/corpus.json"]
+    return []
+
+
 def model_dir(wildcards):
     return PLAN.model_dir(wildcards.kind, wildcards.name)
 

@@ -1,11 +1,14 @@
-# Data: resolve the task set, build the tiny base model, and build each SFT stage's data.
+# Data: resolve the task set (shipped + synthetic corpus, checked for contamination),
+# build the tiny base model, and build each SFT stage's data.
 
 
 rule prepare_tasks:
     input:
         task_files(),
+        synth=synth_corpus(),
     output:
         manifest=f"{RESULTS}/tasks/manifest.json",
+        contamination=f"{RESULTS}/tasks/contamination.json",
     log:
         f"{RESULTS}/logs/prepare_tasks.log",
     benchmark:
@@ -17,6 +20,9 @@ rule prepare_tasks:
         **job_resources("light_job"),
     params:
         tasks=config["tasks"],
+        contamination_threshold=config.get("synth", {}).get(
+            "contamination_threshold", 0.8
+        ),
         converted_dir=f"{RESULTS}/tasks/cvdp",
     script:
         "../scripts/prepare_tasks.py"

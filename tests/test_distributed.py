@@ -113,6 +113,7 @@ def test_rules_launch_sft_and_rl_with_two_ranks(tmp_path):
     config_path = e2e_config(tmp_path)
     config = yaml.safe_load(config_path.read_text())
     config["train_processes"] = 2
+    config["synth"]["enabled"] = False  # the corpus has its own tests (test_synth.py)
     config["deepspeed"] = str(REPO / "config" / "deepspeed" / "zero2.json")
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     run_snakemake(["results/models/rl/easy_dense", "--cores", "2", "--directory", str(tmp_path),

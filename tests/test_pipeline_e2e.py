@@ -23,6 +23,8 @@ def test_tables_cover_every_model_and_test_task(local_run):
     per_task = pd.read_csv(results / "tables" / "per_task_pass1.csv", index_col="task_id")
     model_ids = [m.id for m in plan.models()]
     assert sorted(per_task.index) == sorted(t.id for t in test_tasks)
+    # the tables include the synthetic test tasks the run generated and verified
+    assert {t.source for t in test_tasks} == {"shipped", "synthetic"}
     assert list(per_task.columns) == [*model_ids, "oracle/best_expert"]
     assert per_task.to_numpy().min() >= 0 and per_task.to_numpy().max() <= 1
 

@@ -42,6 +42,8 @@ def test_dag_3_stages_4_experts_5_merges(tmp_path):
     evaluated = 1 + len(stages) + len(experts) + len(methods) + 1  # base, sft, rl, merge, distill
     harvested = len(experts)  # every expert samples the train tasks for distillation
     expected = {
+        "synth_shard": config["synth"]["shards"],  # the synthetic corpus, scattered
+        "synth_corpus": 1,
         "prepare_tasks": 1,
         "preflight": 1,  # every score and RL job waits for it
         "build_base_model": 1,

@@ -1,9 +1,10 @@
 """SFT datasets (docs/data_format.md): TRL's conversational prompt-completion rows.
 
 Row: {"prompt": [system, user], "completion": [assistant], "task_id", "source"} where
-source is "reference" (a task's reference stimulus), "format" (a short, well-formed
-cocotb module: the task's trivial stimulus, teaching the answer format) or "verified"
-(a sample the simulator verified as passing).
+source is "reference" (a task's reference stimulus or one of its verified variants),
+"format" (the task's shortest passing reference: a short, well-formed module that also
+passes, teaching the answer format by example) or "verified" (a sample the simulator
+verified as passing). Trivial stimuli never train: they fail by construction.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def sft_row(task: Task, stimulus: str, source: str) -> dict:
     }
 
 
-MIX_KEYS = {"reference", "format", "verified"}
+MIX_KEYS = {"reference", "format", "verified", "variants", "families", "sources"}
 
 
 def verified_rows(tasks: list[Task], samples_jsonl: str | Path | list) -> list[dict]:
@@ -62,27 +63,44 @@ def _truthy(value) -> bool:
     return bool(value)
 
 
+def select_tasks(tasks: list[Task], mix: dict) -> list[Task]:
+    """The tasks a mix draws from: `families: [...]` and `sources: [shipped|synthetic]`
+    narrow the given tasks (absent: no narrowing)."""
+    families, sources = mix.get("families"), mix.get("sources")
+    return [
+        t
+        for t in tasks
+        if (families is None or t.family in families) and (sources is None or t.source in sources)
+    ]
+
+
 def build_stage_dataset(tasks: list[Task], mix: dict, out_path: str | Path) -> list[dict]:
     """One SFT stage's rows from its mix, written to `out_path` (JSONL):
-    `format: true` -> every task's trivial stimulus (a short well-formed module);
-    `reference: [difficulties]` -> reference stimuli of tasks of those difficulties;
-    `verified: path | [paths]` -> passing samples from {task_id, completion, passed} rows.
+    `format: true` -> every selected task's shortest passing reference (the answer format,
+    shown by an example that passes; trivial stimuli never train);
+    `reference: [difficulties]` -> reference stimuli of selected tasks of those
+    difficulties, with `variants: true` also their verified variants (other styles);
+    `verified: path | [paths]` -> passing samples from {task_id, completion, passed} rows;
+    `families: [...]`, `sources: [shipped, synthetic]` -> which tasks the mix draws from.
     Only the tasks given are used: pass train tasks (test tasks never train)."""
     unknown = set(mix) - MIX_KEYS
     if unknown:
         raise ValueError(f"unknown SFT mix key(s) {sorted(unknown)} (known: {sorted(MIX_KEYS)})")
+    selected = select_tasks(tasks, mix)
     rows = []
     if mix.get("format"):
-        rows += [sft_row(t, t.trivial_stimulus.read_text(), "format") for t in tasks if t.trivial_stimulus]
+        for t in selected:
+            if t.references():
+                shortest = min((p.read_text() for p in t.references()), key=len)
+                rows.append(sft_row(t, shortest, "format"))
     difficulties = mix.get("reference") or []
     difficulties = {difficulties} if isinstance(difficulties, str) else set(difficulties)
-    rows += [
-        sft_row(t, t.reference_stimulus.read_text(), "reference")
-        for t in tasks
-        if t.difficulty in difficulties and t.reference_stimulus
-    ]
+    for t in selected:
+        if t.difficulty in difficulties:
+            paths = t.references() if mix.get("variants") else t.references()[:1]
+            rows += [sft_row(t, p.read_text(), "reference") for p in paths]
     if mix.get("verified"):
-        rows += verified_rows(tasks, mix["verified"])
+        rows += verified_rows(selected, mix["verified"])
     if not rows:
         raise ValueError(f"SFT data mix {mix} selects no examples from {len(tasks)} tasks")
     write_jsonl(out_path, rows)

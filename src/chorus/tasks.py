@@ -24,9 +24,10 @@ DEFAULT_AVERAGE_OF = {
 ANSWER_LANGUAGES = ("cocotb", "systemverilog")
 DIFFICULTIES = ("easy", "medium", "hard")
 SPLITS = ("train", "val", "test")
+SOURCES = ("shipped", "synthetic")  # hand-written benchmark tasks | made by chorus.synth
 TASK_ID_RE = re.compile(r"^[a-z0-9_]+$")
 _REQUIRED = {"id", "title", "difficulty", "split", "toplevel", "rtl", "coverage_target"}
-_OPTIONAL = {"tags", "answer_language", "testbench", "coverage_average", "show_rtl", "coverage_exclude"}
+_OPTIONAL = {"tags", "answer_language", "testbench", "coverage_average", "show_rtl", "coverage_exclude", "family", "source", "variants"}
 # keys of a coverage_exclude entry -> what of a coverage point they match (docs/task_format.md)
 EXCLUDE_KEYS = ("metric", "file", "line", "module", "comment")
 
@@ -71,6 +72,14 @@ class Task:
     # coverage points the task does not count (unreachable ones): each entry maps some of
     # EXCLUDE_KEYS to a glob; a point matching every key of an entry is excluded
     coverage_exclude: tuple[tuple[tuple[str, str], ...], ...] = field(default_factory=tuple)
+    family: str | None = None  # design family (synthetic tasks: the generator's family)
+    source: str = "shipped"
+    # further verified reference stimuli (each passes the target), e.g. in other styles
+    reference_variants: tuple[Path, ...] = field(default_factory=tuple)
+
+    def references(self) -> list[Path]:
+        """Every verified passing stimulus: the reference, then its variants."""
+        return ([self.reference_stimulus] if self.reference_stimulus else []) + list(self.reference_variants)
 
     def rtl_text(self) -> dict[str, str]:
         """File name -> source text of every RTL file (what the prompt shows)."""
@@ -142,6 +151,13 @@ def validate_metadata(meta: object, where: str) -> dict:
     elif testbench is not None:
         raise _fail(where, "field 'testbench' is only for answer_language systemverilog")
     _validate_exclusions(meta.get("coverage_exclude", []), where)
+    if "family" in meta and (not isinstance(meta["family"], str) or not TASK_ID_RE.match(meta["family"])):
+        raise _fail(where, f"field 'family' must match {TASK_ID_RE.pattern}")
+    if meta.get("source", "shipped") not in SOURCES:
+        raise _fail(where, f"field 'source' must be one of {SOURCES}")
+    variants = meta.get("variants", [])
+    if not isinstance(variants, list) or not all(isinstance(v, str) for v in variants):
+        raise _fail(where, "field 'variants' must be a list of stimulus file paths")
     return meta
 
 
@@ -199,6 +215,11 @@ def load_task(folder: str | Path) -> Task:
     if not spec_path.is_file():
         raise _fail(where, "no spec.md")
 
+    variants = tuple(folder / v for v in meta.get("variants", []))
+    for path in variants:
+        if not path.is_file():
+            raise _fail(where, f"variant stimulus not found: {path.relative_to(folder)}")
+
     def optional(rel: str) -> Path | None:
         path = folder / rel
         return path if path.is_file() else None
@@ -230,6 +251,9 @@ def load_task(folder: str | Path) -> Task:
             tuple(sorted((key, str(value)) for key, value in entry.items()))
             for entry in meta.get("coverage_exclude", [])
         ),
+        family=meta.get("family"),
+        source=meta.get("source", "shipped"),
+        reference_variants=variants,
     )
 
 
@@ -262,7 +286,14 @@ def write_manifest(tasks: list[Task], path: str | Path, source: str) -> None:
         {
             "source": source,
             "tasks": [
-                {"id": t.id, "split": t.split, "difficulty": t.difficulty, "dir": str(t.root)}
+                {
+                    "id": t.id,
+                    "split": t.split,
+                    "difficulty": t.difficulty,
+                    "source": t.source,
+                    "family": t.family,
+                    "dir": str(t.root),
+                }
                 for t in tasks
             ],
         },

@@ -1,0 +1,1 @@
+"""Family generators; each module registers its families with @chorus.synth.family."""
