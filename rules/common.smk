@@ -91,7 +91,13 @@ def sft_settings():
 def sandbox_limits():
     """The per-candidate simulation limits, per-task timeouts included (they can change a score); simulation.shards
     only splits the work and is no param of the training or generation rules."""
-    keys = ("timeout_s", "mem_mb", "build_timeout_s", "timeout_factor", "timeout_floor_s")
+    keys = (
+        "timeout_s",
+        "mem_mb",
+        "build_timeout_s",
+        "timeout_factor",
+        "timeout_floor_s",
+    )
     return {k: config["simulation"][k] for k in keys}
 
 

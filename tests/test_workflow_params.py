@@ -13,6 +13,8 @@ import pytest
 from chorus.plan import Plan
 from conftest import REPO, default_config, run_snakemake, write_config
 
+# where the workflow's directory() outputs live (models, synthetic corpus shards)
+DIRECTORY_OUTPUTS = re.compile(r"/models/|/synth/shards/shard\d+$")
 EXPENSIVE = {"sft", "rl", "generate", "merge", "consolidate_sft", "consolidate_rl", "build_base_model"}
 
 
@@ -35,7 +37,7 @@ def finished(tmp_path_factory):
     summary = run_snakemake(["--summary", "--directory", str(workdir), "--configfile", str(path)])
     for line in summary.stdout.splitlines()[1:]:
         output = workdir / line.split("\t")[0]
-        if "/models/" in str(output):
+        if DIRECTORY_OUTPUTS.search(str(output)):
             output.mkdir(parents=True, exist_ok=True)
         else:
             output.parent.mkdir(parents=True, exist_ok=True)
