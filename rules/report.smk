@@ -32,6 +32,7 @@ rule aggregate:
         **job_resources("light_job"),
     params:
         pass_at=config["eval"].get("pass_at", [1]),
+        bootstrap=config["eval"]["bootstrap"],
         experts=[f"rl/{e}" for e in PLAN.experts],
     script:
         "../scripts/aggregate.py"

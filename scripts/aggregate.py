@@ -1,4 +1,5 @@
-"""Per-task Pass@1 table, summary table (with the oracle best-expert row), all samples."""
+"""Per-task Pass@1 table, summary table (with the oracle best-expert row and bootstrap
+intervals), all samples."""
 
 import pandas as pd
 
@@ -9,7 +10,9 @@ with script_logging(snakemake):
     per_sample = pd.concat([pd.read_csv(t) for t in snakemake.input.tables], ignore_index=True)
     experts = snakemake.params.experts
     per_task = report.per_task_pass1(per_sample, experts)
-    summary = report.summary_table(per_sample, snakemake.params.pass_at, experts)
+    summary = report.summary_table(
+        per_sample, snakemake.params.pass_at, experts, bootstrap=snakemake.params.bootstrap
+    )
     atomic_write_text(snakemake.output.per_sample, per_sample.to_csv(index=False))
     atomic_write_text(snakemake.output.per_task, per_task.to_csv(float_format="%.4f"))
     atomic_write_text(snakemake.output.summary, summary.to_csv(index=False, float_format="%.4f"))
