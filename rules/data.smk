@@ -37,7 +37,8 @@ rule build_base_model:
         "../envs/chorus.yaml"
     threads: 1
     resources:
-        **job_resources("light_job"),
+        # converting a preset holds the dequantized model (Gemma-3-270M: 3.3 GB peak)
+        **job_resources("sim_job" if config["model"]["base"] else "light_job"),
     params:
         tiny=config["model"]["tiny"],
         preset=config["model"]["base"],

@@ -27,7 +27,11 @@ rule generate:
         **job_resources("gpu_job"),
     params:
         pool=lambda wc: pool_settings(wc.pool),
-        sampling={k: v for k, v in config["eval"].items() if k not in ("splits", "k", "bootstrap")},
+        sampling={
+            k: v
+            for k, v in config["eval"].items()
+            if k not in ("splits", "k", "bootstrap")
+        },
         device=config["device"],
     script:
         "../scripts/generate.py"

@@ -24,7 +24,8 @@ from chorus.modeling import (
 from chorus.plan import ConfigError, Plan
 from chorus.prompts import build_prompt, render_prompt
 from chorus.sft import train_stage
-from conftest import default_config
+from conftest import default_config, run_snakemake, write_config
+from test_workflow_dag import job_counts
 
 
 def installed(dist: str) -> bool:
@@ -132,3 +133,15 @@ def test_model_base_resolves_presets_folders_and_typos():
     config["model"]["base"] = "smolm2-135m"
     with pytest.raises(ConfigError, match="neither a preset .*smollm2-135m, gemma3-270m"):
         Plan(config)
+
+
+def test_a_preset_is_built_by_the_base_model_rule_and_a_folder_is_not(tmp_path):
+    def base_jobs(base):
+        config = default_config()
+        config["model"]["base"] = base
+        path = write_config(tmp_path / "dag.yaml", config)
+        proc = run_snakemake(["-n", "--nolock", "--forceall", "--configfile", str(path)])
+        return job_counts(proc.stdout + proc.stderr).get("build_base_model", 0)
+
+    assert base_jobs("smollm2-135m") == 1
+    assert base_jobs(str(tmp_path)) == 0  # a local Hugging Face folder is used as it is

