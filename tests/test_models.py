@@ -12,6 +12,7 @@ import torch
 
 from chorus.data import build_stage_dataset
 from chorus.modeling import (
+    GEMMA_CHAT_TEMPLATE,
     GGUF_PRESETS,
     GgufPreset,
     ModelPackageMissing,
@@ -92,6 +93,22 @@ def test_smollm2_takes_project_prompts_and_one_sft_step(smollm2, task, tmp_path)
     base, _ = load_model_and_tokenizer(smollm2, device="cpu")
     name = "model.layers.0.mlp.down_proj.weight"
     assert not torch.equal(trained.state_dict()[name], base.state_dict()[name])
+
+
+@needs_smollm2
+def test_gemma_turn_template_folds_the_system_prompt_into_the_first_turn(smollm2):
+    # Gemma's base GGUF carries no template (converting it takes minutes on CPU, so the
+    # preset itself is not converted here); its template only needs a bos token to render
+    tokenizer = load_tokenizer(smollm2)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " Hi "},
+                {"role": "assistant", "content": "Hello"}]
+    text = tokenizer.apply_chat_template(messages, chat_template=GEMMA_CHAT_TEMPLATE, tokenize=False)
+    bos = tokenizer.bos_token
+    assert text == f"{bos}<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello<end_of_turn>\n"
+    prompt = tokenizer.apply_chat_template(messages[1:2], chat_template=GEMMA_CHAT_TEMPLATE, tokenize=False,
+                                           add_generation_prompt=True)
+    assert prompt == f"{bos}<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+    assert GGUF_PRESETS["gemma3-270m"].chat_template == GEMMA_CHAT_TEMPLATE
 
 
 def fake_preset(parts, sha256):

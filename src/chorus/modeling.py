@@ -369,6 +369,7 @@ def load_gguf(gguf_file: str | Path, *, dtype: str = "bfloat16", chat_template: 
     if end_of_turn is not None:
         eos_ids = [tokenizer.convert_tokens_to_ids(end_of_turn), tokenizer.eos_token_id]
         tokenizer.eos_token = end_of_turn
+        model.config.eos_token_id = eos_ids[0]
         model.generation_config.eos_token_id = eos_ids
     if tokenizer.pad_token is None:  # batched generation and SFT pad
         tokenizer.pad_token = tokenizer.eos_token
