@@ -133,3 +133,25 @@ def test_summary_intervals_follow_the_bootstrap_settings():
     alone = summary_table(per_sample, [2], None)
     assert list(alone.columns[:4]) == ["model", "pass@1", "pass@2", "pass@1_lo"]
     assert alone["vs_best_expert"].isna().all() and ORACLE not in set(alone["model"])
+
+
+def test_gpu_config_evaluates_with_k_of_at_least_8():
+    import copy
+
+    import yaml
+    from snakemake.utils import validate
+
+    from chorus.plan import Plan
+    from conftest import REPO, default_config
+
+    def merged(base: dict, update: dict) -> dict:  # as snakemake --configfile merges
+        out = copy.deepcopy(base)
+        for key, value in update.items():
+            out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        return out
+
+    config = merged(default_config(), yaml.safe_load((REPO / "config" / "gpu.yaml").read_text()))
+    validate(config, str(REPO / "config" / "config.schema.yaml"))
+    assert config["eval"]["k"] >= 8 and 8 in config["eval"]["pass_at"]
+    assert config["eval"]["bootstrap"]["resamples"] >= 1000
+    assert Plan(config).model_dir("base", "base") == "results/models/base"  # the preset, converted
