@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from chorus.data import build_stage_dataset
+from chorus.generate import sample_completions
+from chorus.io import read_jsonl
 from chorus.modeling import (
     GEMMA_CHAT_TEMPLATE,
     GGUF_PRESETS,
@@ -72,6 +74,15 @@ def test_smollm2_preset_converts_to_a_dense_model_that_answers(smollm2):
     output = model.generate(**inputs, max_new_tokens=12, do_sample=False)
     answer = tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
     assert "Paris" in answer
+
+
+@needs_smollm2
+def test_smollm2_samples_through_the_project_sampler(smollm2, task, tmp_path):
+    out = tmp_path / "generations.jsonl"
+    stats = sample_completions(smollm2, [task], 2, out, max_new_tokens=16, device="cpu")
+    rows = read_jsonl(out)
+    assert [(r["task_id"], r["sample_id"]) for r in rows] == [(task.id, 0), (task.id, 1)]
+    assert stats["new_tokens"] > 0 and all(r["completion"].strip() for r in rows)
 
 
 @needs_smollm2
