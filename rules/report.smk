@@ -26,6 +26,7 @@ rule aggregate:
         **job_resources("light_job"),
     params:
         pass_at=config["eval"]["pass_at"],
+        bootstrap=config["eval"]["bootstrap"],
         experts=[f"rl/{e}" for e in PLAN.experts],
     script:
         "../scripts/aggregate.py"

@@ -1,5 +1,5 @@
-"""Per-task Pass@1 table, summary table (with the oracle best-expert row), the mean and
-interval over seed replicates, all samples."""
+"""Per-task Pass@1 table, summary table (with the oracle best-expert row and bootstrap
+intervals), the mean and interval over seed replicates, all samples."""
 
 import pandas as pd
 
@@ -11,7 +11,9 @@ with script_logging(snakemake):
     per_sample = pd.concat([pd.read_csv(t) for t in snakemake.input.tables], ignore_index=True)
     experts = snakemake.params.experts
     per_task = report.per_task_pass1(per_sample, experts)
-    summary = report.summary_table(per_sample, snakemake.params.pass_at, experts)
+    summary = report.summary_table(
+        per_sample, snakemake.params.pass_at, experts, bootstrap=snakemake.params.bootstrap
+    )
     seeds = seed_summary(summary)
     atomic_write_text(snakemake.output.per_sample, per_sample.to_csv(index=False))
     atomic_write_text(snakemake.output.per_task, per_task.to_csv(float_format="%.4f"))

@@ -17,5 +17,5 @@ with script_logging(snakemake):
         max_new_tokens=sampling["max_new_tokens"],
         seed=snakemake.params.seed,
         device=resolve_device(snakemake.params.device),
-        sampler=sampling.get("sampler", "auto"),
+        sampler=sampling["sampler"],
     )

@@ -35,6 +35,12 @@ def test_tables_cover_every_model_and_test_task(local_run):
     experts = summary[summary["model"].str.startswith("rl/")]
     oracle = summary[summary["model"] == "oracle/best_expert"].iloc[0]
     assert oracle["pass@1"] >= experts["pass@1"].max()
+    # every model's Pass@1 lies in its bootstrap interval; merged and consolidated models
+    # (only they) are compared with the best expert and the oracle
+    assert ((summary["pass@1_lo"] <= summary["pass@1"]) & (summary["pass@1"] <= summary["pass@1_hi"])).all()
+    compared = summary["model"].str.startswith(("merge/", "consolidated/"))
+    assert summary.loc[compared, ["vs_best_expert_lo", "vs_oracle_hi"]].notna().all().all()
+    assert summary.loc[~compared, "vs_oracle"].isna().all()
 
     per_sample = pd.read_csv(results / "tables" / "per_sample.csv")
     k = default_config()["eval"]["k"]

@@ -42,10 +42,20 @@ def base(tmp_path_factory):
 
 def test_auto_sampler_follows_the_device():
     assert resolve_sampler("auto", "cpu") == "generate"
-    assert resolve_sampler("auto", "cuda") in ("continuous", "vllm")
+    assert resolve_sampler("auto", "cuda") in ("static", "vllm")
     assert resolve_sampler("continuous", "cpu") == "continuous"
     with pytest.raises(ValueError):
         resolve_sampler("fast", "cpu")
+
+
+def test_auto_rollout_backend_avoids_the_static_decoder_under_deepspeed():
+    from chorus.rl import resolve_rollout_backend
+
+    assert resolve_rollout_backend("auto", on_gpu=False) == "generate"
+    on_gpu = resolve_rollout_backend("auto", on_gpu=True)
+    assert on_gpu in ("static", "vllm")
+    assert resolve_rollout_backend("auto", on_gpu=True, deepspeed=True) == ("continuous" if on_gpu == "static" else "vllm")
+    assert resolve_rollout_backend("static", on_gpu=True, deepspeed=True) == "static"  # asked for: train_expert refuses it
 
 
 @pytest.mark.parametrize("sampler", ["continuous", "static"])

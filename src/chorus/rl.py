@@ -131,16 +131,16 @@ def reward_log(log_history: list[dict]) -> list[dict]:
 ROLLOUT_BACKENDS = ("auto", "generate", "continuous", "static", "vllm")
 
 
-def resolve_rollout_backend(backend: str = "auto", on_gpu: bool = False) -> str:
-    """The backend `auto` stands for: vllm on a GPU when the package is installed, else
-    continuous batching on a GPU, generate on CPU."""
-    import importlib.util
+def resolve_rollout_backend(backend: str = "auto", on_gpu: bool = False, deepspeed: bool = False) -> str:
+    """The backend `auto` stands for: the evaluation sampler's choice (generate.resolve_sampler:
+    vllm, else the static decoder on a GPU, generate on CPU), but continuous batching under
+    DeepSpeed, whose sharded weights the static decoder cannot use."""
+    from chorus.generate import resolve_sampler
 
     if backend not in ROLLOUT_BACKENDS:
         raise ValueError(f"rollout backend must be one of {ROLLOUT_BACKENDS}, not {backend!r}")
-    if backend != "auto":
-        return backend
-    return ("vllm" if importlib.util.find_spec("vllm") is not None else "continuous") if on_gpu else "generate"
+    chosen = resolve_sampler(backend, "cuda" if on_gpu else "cpu")
+    return "continuous" if backend == "auto" and chosen == "static" and deepspeed else chosen
 
 
 def rollout_settings(backend: str = "auto", on_gpu: bool = False, vllm_memory: float = 0.3) -> dict:
@@ -285,7 +285,9 @@ def train_expert(
     # the generation batch must hold whole groups of num_generations completions
     batch = max(batch_size, num_generations)
     batch -= batch % num_generations
-    rollout_backend = resolve_rollout_backend(rollout_backend, on_gpu=not flags["use_cpu"])
+    rollout_backend = resolve_rollout_backend(
+        rollout_backend, on_gpu=not flags["use_cpu"], deepspeed=bool(deepspeed_config)
+    )
     if rollout_backend == "static" and deepspeed_config:
         raise ValueError("rollout_backend static needs whole weights in each process: not with DeepSpeed")
     rollout = rollout_settings(rollout_backend)
