@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import logging
 import os
 import platform
 import random
@@ -69,15 +70,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-length", type=int, default=4096)
+    parser.add_argument("--save-steps", type=int, default=50, help="checkpoints: a cut SFT resumes from the last")
     parser.add_argument("--attn", default="sdpa", help="sdpa: no torch.compile wait (flex_attention costs minutes)")
     # eval
     parser.add_argument("--k", type=int, default=8, help="samples per test task")
-    parser.add_argument("--max-new-tokens", type=int, default=1024)
+    parser.add_argument("--max-new-tokens", type=int, default=1536,
+                        help="the longest synthetic references are ~2,700 tokens, the mean ~550")
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--sampler", default="static", help="chorus.generate sampler, where the library has them")
     parser.add_argument("--gen-batch-size", type=int, default=64)
     parser.add_argument("--shipped-test-limit", type=int, default=None, help="first N shipped test tasks only")
     parser.add_argument("--sim-timeout", type=float, default=30.0, help="sandbox wall-clock limit per sample (s)")
+    parser.add_argument("--timeout-factor", type=float, default=10.0,
+                        help="per-task limit = factor x the reference's wall time (floor 5 s, at most "
+                             "--sim-timeout), where the library has TimeoutPolicy; 0: --sim-timeout for all")
     parser.add_argument("--guard", action=argparse.BooleanOptionalAction, default=True,
                         help="the sandbox's audit-hook guard (--no-guard to turn it off)")
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples over tasks")
@@ -85,7 +91,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.smoke:
         args.train_designs, args.test_designs, args.variants, args.chunks = 2, 1, 2, 2
         args.workers, args.epochs, args.batch_size, args.max_length = 2, 1.0, 2, 2048
-        args.k, args.max_new_tokens, args.gen_batch_size, args.sampler = 2, 24, 8, "generate"
+        args.k, args.max_new_tokens, args.gen_batch_size = 2, 24, 8
         args.shipped_test_limit = 1 if args.shipped_test_limit is None else args.shipped_test_limit
         args.sim_timeout, args.bootstrap, args.time_budget = 20.0, 200, 1e9
     return args
@@ -197,7 +203,7 @@ def phase_sft(args) -> dict:
         train_stage, base_model(args), data, model_out, epochs=args.epochs, lr=args.lr,
         batch_size=args.batch_size, max_length=args.max_length, seed=args.seed,
         device="cpu" if args.smoke else None, attn=args.attn, liger=False, packing=False,
-        warmup=0.03, save_steps=10**6))
+        warmup=0.03, save_steps=args.save_steps))
     summary = {
         "rows": len(rows),
         "rows_by_source": dict(Counter("synthetic" if r["task_id"].startswith("syn_") else "shipped" for r in rows)),
@@ -251,6 +257,15 @@ def summarize_scores(scored: list[dict], tasks, k: int, resamples: int) -> dict:
     }
 
 
+def timeout_policy(factor: float):
+    """Per-task simulation limits (hanging samples end sooner), where the library has them."""
+    try:
+        from chorus.harness.timeouts import TimeoutPolicy
+    except ImportError:
+        return None
+    return TimeoutPolicy(factor=factor) if factor else None
+
+
 def phase_eval(args) -> dict:
     eval_path = args.work / "eval.json"
     if eval_path.exists():
@@ -260,9 +275,11 @@ def phase_eval(args) -> dict:
     tasks = synthetic_tasks(args, "test") + shipped_test_tasks(args)
     by_id = {t.id: t for t in tasks}
     limits = call_with_supported(SandboxLimits, timeout_s=args.sim_timeout, guard=args.guard)
+    timeouts = timeout_policy(args.timeout_factor)
     report = {"test_tasks": len(tasks), "synthetic_test_tasks": sum(t.id.startswith("syn_") for t in tasks),
               "k": args.k, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
-              "sampler": args.sampler, "guard": args.guard, "sim_timeout_s": args.sim_timeout, "models": {}}
+              "sampler": args.sampler, "guard": args.guard, "sim_timeout_s": args.sim_timeout,
+              "timeout_policy": repr(timeouts), "models": {}}
     for name, model in (("base", base_model(args)), ("sft", args.work / "sft_model")):
         timings: dict = {}
         generations = args.work / f"gen_{name}.jsonl"
@@ -273,7 +290,7 @@ def phase_eval(args) -> dict:
         rows = read_jsonl(generations)
         scored = timed(timings, "score_s", lambda: call_with_supported(
             score_generations, rows, by_id, args.work / f"scores_{name}.jsonl", workers=args.workers,
-            limits=limits, cache_dir=args.cache_dir))
+            limits=limits, cache_dir=args.cache_dir, timeouts=timeouts))
         missing = {(r["task_id"], r["sample_id"]) for r in rows} - {(s["task_id"], s["sample_id"]) for s in scored}
         report["models"][name] = {
             "model": str(model),
@@ -301,11 +318,10 @@ def versions() -> dict:
         except md.PackageNotFoundError:
             found[package] = None
     try:
-        import subprocess
+        from chorus.harness.toolchain import verilator_version
 
-        found["verilator"] = subprocess.run(["verilator", "--version"], capture_output=True, text=True,
-                                            timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+        found["verilator"] = verilator_version()
+    except Exception:  # no toolchain: the report still gets written
         found["verilator"] = None
     try:
         import torch
@@ -341,6 +357,7 @@ def write_report(args, phases: dict, phase_seconds: dict) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.work.mkdir(parents=True, exist_ok=True)
     phases, phase_seconds = {}, {}
