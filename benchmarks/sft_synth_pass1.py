@@ -39,7 +39,7 @@ from chorus.io import atomic_write_json, read_jsonl
 from chorus.metrics import pass_at_k
 from chorus.synth.corpus import shard_jobs
 from chorus.synth.verify import generate_and_verify
-from chorus.tasks import load_tasks
+from chorus.tasks import load_task, load_tasks
 
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("corpus", "sft", "eval")
@@ -151,7 +151,7 @@ def phase_corpus(args) -> dict:
                "complete": len(done) == args.chunks, "config": {**cfg, "variants": args.variants}}
     summary["wall_s"] = round(summary.get("wall_s", 0.0), 1)
     if summary["complete"]:
-        tasks = load_tasks(out) if out.is_dir() else []
+        tasks = corpus_tasks(args)
         splits = Counter(t.split for t in tasks)
         summary.update(train_tasks=splits["train"], test_tasks=splits["test"],
                        train_examples=sum(len(t.references()) for t in tasks if t.split == "train"))
@@ -159,9 +159,15 @@ def phase_corpus(args) -> dict:
     return summary
 
 
-def synthetic_tasks(args, split: str):
+def corpus_tasks(args):
+    """The verified tasks of the corpus (not the `.staging` folder a cut chunk leaves)."""
     out = corpus_dir(args.work)
-    return [t for t in load_tasks(out) if t.split == split] if out.is_dir() else []
+    folders = sorted(d for d in out.iterdir() if d.is_dir() and not d.name.startswith(".")) if out.is_dir() else []
+    return [load_task(d) for d in folders]
+
+
+def synthetic_tasks(args, split: str):
+    return [t for t in corpus_tasks(args) if t.split == split]
 
 
 def shipped_test_tasks(args):
