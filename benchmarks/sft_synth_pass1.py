@@ -12,8 +12,12 @@ Every phase skips when its output exists under --work, and the steps inside a ph
 resume (generation and scoring from their `.partial` sidecars), so the run may be split
 over several commands. --out is rewritten after every phase with what exists so far.
 
-  PYTHONPATH=src python benchmarks/sft_synth_pass1.py --model /root/smollm2-135m \
-      --phases corpus sft eval --out /tmp/sft_synth_pass1.json
+On one H200 (16 cores, no ccache; commands of < 9.5 min): `--phases corpus` (~3-5 min;
+it stops between chunks near --time-budget: run it again until corpus.json exists), then
+`--phases sft` (~1-5 min), then `--phases eval` (~4-7 min; a cut run resumes):
+
+  PYTHONPATH=src USE_HUB_KERNELS=0 python3 benchmarks/sft_synth_pass1.py --model /root/smollm2-135m \
+      --work /root/sft_synth --out /root/sft_synth/report.json --phases corpus
   PYTHONPATH=src python benchmarks/sft_synth_pass1.py --smoke --work /tmp/smoke --out /tmp/smoke.json
 """
 
