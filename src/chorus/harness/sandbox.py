@@ -3,21 +3,31 @@
 Each candidate runs in its own child process (`harness/_child.py`, standard library
 only) that, before any candidate code runs:
 - starts a new session (so the whole process tree can be killed),
-- enters a fresh network namespace with no interfaces up (no network at all),
+- enters new mount, pid, IPC, UTS and network namespaces (no interface up: no network at
+  all), inside a user namespace of its own when the scorer is not root: the same
+  confinement with and without root,
+- replaces its root by a fresh tmpfs that holds only what `mount_plan` names: system
+  programs and libraries, the Python installation without its site-packages, cocotb and
+  its dependencies, the build (all read-only), the candidate's own folder (writable and
+  noexec), a minimal /dev and a read-only /proc of its pid namespace: the repository,
+  the tasks (references, other designs), home folders, /tmp and /run (host sockets) and
+  the scorer's sys.path do not exist for the candidate,
+- refuses nested user namespaces, memfd, ptrace and process_vm_writev (seccomp), so no
+  shared object the candidate writes can be loaded and no helper can patch the simulator,
 - sets rlimits: address space, CPU seconds, open files, processes, file size (caps the
   log: a candidate printing gigabytes is stopped), no core dumps,
 - when started as root, drops to an unprivileged uid of its own (one per concurrent
-  slot) with no supplementary groups: the candidate cannot read root's files (~/.ssh),
-  write outside its temp dir and world-writable places, or signal the scorer, and the
-  process limit really applies (root ignores RLIMIT_NPROC).
+  slot) with no supplementary groups, so the process limit really applies (root ignores
+  RLIMIT_NPROC) and the candidate cannot signal the scorer.
 The child then starts the prebuilt simulator binary itself, with the environment
 variables by which cocotb's runner would start it (`simulator_command`): cocotb and its
 runner are imported once in the scorer, not once per candidate. The child runs in an
-empty temp dir (removed afterwards) with an environment stripped to an allow-list. The parent enforces a wall-clock timeout and, when it ends, kills every
-process left in the session and every process of the sandbox uid.
+empty temp dir (removed afterwards, however deep the tree the candidate left) with an
+environment stripped to an allow-list. The parent enforces a wall-clock timeout and,
+when it ends, kills every process left in the session and every process of the sandbox uid.
 
-Without root, namespaces and the uid drop are skipped (rlimits, timeout, temp dir and
-stripped environment still apply): see docs/harness.md.
+Without root on a host where user namespaces are disabled, only rlimits, timeout, temp
+dir and stripped environment apply: a loud warning says so (see docs/harness.md).
 """
 
 from __future__ import annotations
@@ -25,13 +35,19 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import glob
 import json
+import logging
 import os
+import secrets
 import signal
+import site
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
+import warnings
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +64,11 @@ LOG_NAME = "sim.log"
 RESULTS_NAME = "results.xml"
 CHILD_SCRIPT = Path(__file__).resolve().parent / "_child.py"
 GUARD_DIR = Path(__file__).resolve().parent / "guard"
+# what the candidate's file system holds besides Python and cocotb (read-only)
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
+SIMULATOR_DISTRIBUTIONS = ("cocotb",)  # with their requirements: all the candidate can import
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -102,13 +123,60 @@ def _sandbox_slot():
 
 
 def _workdir_parent(as_root: bool) -> str:
-    """Candidates' folders: as root, outside the shared temp folders that the child
-    covers with private tmpfs mounts (node-local /run); otherwise the usual temp dir."""
-    if not as_root:
+    """Candidates' folders: CHORUS_SANDBOX_DIR when set; as root, outside the shared temp
+    folders (node-local /run); otherwise the usual temp dir."""
+    configured = os.environ.get("CHORUS_SANDBOX_DIR")
+    if not as_root and not configured:
         return tempfile.gettempdir()
-    parent = Path(os.environ.get("CHORUS_SANDBOX_DIR", "/run/chorus-sandbox"))
+    parent = Path(configured or "/run/chorus-sandbox")
     parent.mkdir(mode=0o711, parents=True, exist_ok=True)
     return str(parent)
+
+
+def remove_tree(path: str | Path) -> None:
+    """Remove the folder `path` and all in it, however deep (a candidate can nest folders
+    thousands of levels down, past PATH_MAX and past the recursion of shutil.rmtree) and
+    whatever modes it left. One descriptor at a time walks down (openat) and back up
+    ("..") and only the names on the way are remembered, so neither a path nor a chain
+    of descriptors grows with the depth. For a folder no live process writes to."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    with contextlib.suppress(PermissionError):
+        os.chmod(path, 0o700)
+    names: list[str] = []  # the way down from `path`, one folder name per level
+    fd = os.open(path, flags)
+    try:
+        while True:
+            entries = list(os.scandir(fd))
+            for entry in entries:
+                if not entry.is_dir(follow_symlinks=False):
+                    os.unlink(entry.name, dir_fd=fd)
+            deeper = next((e.name for e in entries if e.is_dir(follow_symlinks=False)), None)
+            if deeper is not None:
+                with contextlib.suppress(PermissionError):
+                    os.chmod(deeper, 0o700, dir_fd=fd)  # a folder the candidate made unreadable
+                child = os.open(deeper, flags, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                names.append(deeper)
+            elif names:
+                parent = os.open("..", flags, dir_fd=fd)
+                os.close(fd)
+                fd = parent
+                os.rmdir(names.pop(), dir_fd=fd)
+            else:
+                break
+    finally:
+        os.close(fd)
+    os.rmdir(path)
+
+
+@contextlib.contextmanager
+def _candidate_folder(parent: str):
+    folder = tempfile.mkdtemp(prefix="chorus-cand-", dir=parent)
+    try:
+        yield folder
+    finally:
+        remove_tree(folder)
 
 
 def processes_of_uid(uid: int) -> list[int]:
@@ -218,10 +286,11 @@ def simulator_command(workdir: Path, build_dir: Path, toplevel: str, seed: int, 
     cocotb's documented environment variables, results in `workdir/results.xml`."""
     embedding = _cocotb_embedding()
     env = _child_env(workdir)
-    # The simulator's Python imports the stimulus from the workdir; the guard's
+    # The simulator's Python imports the stimulus from the workdir, cocotb from where it
+    # is installed, nothing of the scorer's sys.path (the repository, chorus); the guard's
     # sitecustomize comes first and is switched on for that Python only.
     python_path = [str(GUARD_DIR)] if guard else []
-    python_path += [str(workdir), *(p for p in sys.path if p and Path(p).exists())]
+    python_path += [str(workdir), *_simulator_site_folders()]
     env.update({
         "PATH": env["PATH"] + os.pathsep + embedding["libs_dir"],
         "PYTHONPATH": os.pathsep.join(python_path),
@@ -238,6 +307,161 @@ def simulator_command(workdir: Path, build_dir: Path, toplevel: str, seed: int, 
     if guard:
         env["CHORUS_GUARD"] = "1"
     return [str(Path(build_dir) / toplevel)], env
+
+
+# -- what the candidate's file system holds ------------------------------------------------
+def _reveal(path: str, kind: str, depth: int = 0) -> list[dict]:
+    """Mount plan entries that make `path` appear at the same place in the sandbox: each
+    symbolic link on the way recreated, the real folder or file bound as `kind`."""
+    parts = Path(path).parts
+    for i in range(2, len(parts) + 1):
+        prefix = os.path.join(*parts[:i])
+        if os.path.islink(prefix) and depth < 40:
+            target = os.readlink(prefix)
+            rest = os.path.normpath(os.path.join(os.path.dirname(prefix), target, *parts[i:]))
+            return [{"kind": "symlink", "path": prefix, "target": target}, *_reveal(rest, kind, depth + 1)]
+    return [{"kind": kind, "path": os.path.normpath(path)}] if os.path.exists(path) else []
+
+
+def _requirement_closure(names) -> list:
+    """The installed distributions `names` and everything they require (in this Python,
+    extras left out)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    found, todo = {}, list(names)
+    while todo:
+        name = todo.pop()
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        key = dist.metadata["Name"].lower().replace("_", "-")
+        if key in found:
+            continue
+        found[key] = dist
+        for line in dist.requires or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return list(found.values())
+
+
+@functools.cache
+def _simulator_packages() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(site folder, top-level entries) of every distribution the simulator's Python
+    needs: cocotb and its requirements. Bytecode caches and files installed outside the
+    site folder (scripts) are left out."""
+    packages: dict[str, set[str]] = {}
+    for dist in _requirement_closure(SIMULATOR_DISTRIBUTIONS):
+        site_folder = os.path.realpath(dist.locate_file(""))
+        tops = {f.parts[0] for f in dist.files or [] if f.parts and f.parts[0] not in ("..", "__pycache__")}
+        packages.setdefault(site_folder, set()).update(
+            t for t in tops if not t.endswith(".pth") and os.path.exists(os.path.join(site_folder, t))
+        )
+    return tuple((folder, tuple(sorted(tops))) for folder, tops in sorted(packages.items()))
+
+
+def _simulator_site_folders() -> list[str]:
+    return [folder for folder, _ in _simulator_packages()]
+
+
+def _site_folders() -> set[str]:
+    """Every folder of third-party packages this Python (and the system's) could import
+    from: they are hidden behind empty folders, cocotb's packages bound back in."""
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    found = set(site.getsitepackages()) | {site.getusersitepackages()} | set(sys.path)
+    for prefix in {sys.prefix, sys.base_prefix, "/usr", "/usr/local"}:
+        for pattern in ("lib*/python3*/site-packages", "lib*/python3*/dist-packages", "lib/python3/dist-packages"):
+            found.update(glob.glob(os.path.join(prefix, pattern)))
+    folders = {os.path.realpath(p) for p in found if p and os.path.isdir(p)}
+    # not the standard library (lib-dynload, the zip) nor a folder that holds it
+    return {
+        f for f in folders
+        if os.path.basename(f) in ("site-packages", "dist-packages")
+        or not (_within(f, stdlib) or _within(stdlib, f))
+    }
+
+
+def _within(path: str, folder: str) -> bool:
+    return (path + os.sep).startswith(folder + os.sep)
+
+
+@functools.cache
+def _environment_plan() -> tuple[dict, ...]:
+    """The part of the mount plan that is the same for every candidate of this scorer."""
+    entries = []
+    for path in SYSTEM_PATHS + SYSTEM_FILES:
+        entries += _reveal(path, "ro")
+    # this Python: its installation (the standard library, libpython), the venv's
+    # interpreter links and pyvenv.cfg, by which the simulator's Python finds cocotb
+    for path in (sys.base_prefix, os.path.dirname(sys.executable), os.path.join(sys.prefix, "pyvenv.cfg")):
+        entries += _reveal(path, "ro")
+    read_only = [e["path"] for e in entries if e["kind"] == "ro"]
+    for folder in sorted(_site_folders()):
+        if any(_within(folder, tree) for tree in read_only):
+            entries.append({"kind": "mask", "path": folder})
+    for folder, tops in _simulator_packages():
+        for top in tops:
+            entries += _reveal(os.path.join(folder, top), "ro")
+    return tuple(entries)
+
+
+def mount_plan(workdir: Path, build_dir: Path, guard: bool) -> list[dict]:
+    """What the candidate's root holds, in mount order (a folder before what is mounted
+    inside it): `kind` "ro" (read-only bind), "rw" (writable, noexec), "mask" (an empty
+    read-only folder over one that a read-only bind brought in) or "symlink"."""
+    entries = list(_environment_plan())
+    entries += _reveal(str(Path(build_dir).resolve()), "ro")
+    if guard:
+        entries += _reveal(str(GUARD_DIR), "ro")
+    entries += _reveal(str(Path(workdir).resolve()), "rw")
+    unique = {}
+    for entry in entries:
+        unique.setdefault(entry["path"], entry)
+    ordered = sorted(unique.values(), key=lambda e: Path(e["path"]).parts)
+    # a read-only bind inside another one shows nothing new (unless a mask lies between)
+    plan, covering = [], []
+    for entry in ordered:
+        covering = [c for c in covering if _within(entry["path"], c["path"])]
+        if not (entry["kind"] == "ro" and covering and covering[-1]["kind"] == "ro"):
+            plan.append(entry)
+        if entry["kind"] in ("ro", "mask"):
+            covering.append(entry)
+    return plan
+
+
+@functools.cache
+def confinement_support() -> dict:
+    """What the child can confine on this host, tried once per process in a throwaway
+    child: {"namespaces": "user" | "root" | ""}. "" means candidates would run with the
+    scorer's rights (an unprivileged scorer where user namespaces are disabled)."""
+    probe = subprocess.run(
+        [sys.executable, "-I", "-S", str(CHILD_SCRIPT), "--probe"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    try:
+        return json.loads(probe.stdout)
+    except ValueError:
+        return {"namespaces": "", "error": (probe.stdout + probe.stderr)[-500:]}
+
+
+def _warn_if_unconfined() -> None:
+    if not confinement_support().get("namespaces"):
+        _warn_once(
+            "chorus sandbox: NO namespace confinement on this host (unprivileged user "
+            "namespaces are disabled and the scorer is not root): candidates run with the "
+            "scorer's rights, limited by rlimits and the in-process guard only. Enable "
+            "user namespaces (sysctl kernel.unprivileged_userns_clone=1 / "
+            "user.max_user_namespaces) or score as root; see docs/harness.md."
+        )
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    log.warning(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _read_results(path: Path) -> tuple[int | None, int, list[str]]:
@@ -276,10 +500,9 @@ def run_candidate(
             f"the sandbox user cannot reach the build {build_dir}: {blocked} is not "
             "world-traversable (keep the Verilator cache in a readable place, CHORUS_CACHE_DIR)"
         )
+    _warn_if_unconfined()
     slot_context = _sandbox_slot() if use_root else contextlib.nullcontext(None)
-    with slot_context as slot, tempfile.TemporaryDirectory(
-        prefix="chorus-cand-", dir=_workdir_parent(use_root)
-    ) as tmp:
+    with slot_context as slot, _candidate_folder(_workdir_parent(use_root)) as tmp:
         workdir = Path(tmp)
         uid = SANDBOX_UID_BASE + slot if slot is not None else None
         (workdir / f"{STIMULUS_MODULE}.py").write_text(stimulus_text)
@@ -290,6 +513,7 @@ def run_candidate(
             "uid": uid,
             "parent_pid": os.getpid(),  # the child dies with it
             "isolate_network": limits.isolate_network,
+            "mounts": mount_plan(workdir, build_dir, limits.guard),
             "limits": {
                 "mem_mb": limits.mem_mb,
                 "cpu_s": limits.cpu_s or int(limits.timeout_s) + 5,
