@@ -6,6 +6,7 @@ As root, the whole file runs once more as an unprivileged user (the Slurm case):
 candidate's folder is gone and no process of it lives."""
 
 import base64
+import json
 import os
 import shutil
 import socket
@@ -394,14 +395,12 @@ def test_no_network(task, cache, guard):
     try:
         result = run(task, cache, body, guard=guard)
         assert result.status == "runtime_error"
-        if AS_ROOT:
-            with pytest.raises(socket.timeout):
-                server.accept()
+        with pytest.raises(socket.timeout):
+            server.accept()
     finally:
         server.close()
 
 
-@pytest.mark.skipif(not AS_ROOT, reason="the process limit binds only after the uid drop")
 @pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
 def test_fork_bomb_is_contained(task, cache, guard):
     result = run(task, cache, "    while True:\n        os.fork()\n", guard=guard, timeout_s=5)
@@ -428,3 +427,94 @@ def test_batch_with_bad_candidates_loses_no_result(task, cache):
     ]
     results = score_many(items, workers=2, limits=SandboxLimits(timeout_s=4))
     assert [r.status for r in results] == ["ok", "timeout", "runtime_error", "syntax_error", "ok"]
+
+
+def test_every_layer_of_confinement_applies(task):
+    """What confinement.json reports for a well-behaved candidate: every namespace, the
+    private root, the read-only /proc, seccomp, no nested user namespace; as root, the
+    sandbox uid."""
+    if not confinement_support().get("namespaces"):
+        pytest.skip("no namespaces on this host (see test_no_user_namespaces_means_a_loud_warning)")
+    from chorus.harness.sandbox import run_candidate
+
+    run = run_candidate(task.reference_stimulus.read_text(), ensure_build(task), task.toplevel)
+    assert run.tests == 1 and run.failures == 0
+    expected = {"namespaces": "root" if AS_ROOT else "user", "user_namespace": True, "network_isolated": True,
+                "filesystem": "private_root", "pid_namespace": True, "ipc_namespace": True,
+                "privileges_dropped": AS_ROOT, "nested_userns_blocked": True, "proc_read_only": True,
+                "seccomp": True, "warning": ""}
+    assert run.confinement == expected
+
+
+@pytest.fixture(scope="module")
+def unprivileged(task):
+    """(command prefix, environment) that run a scorer as an ordinary user (nobody) with a
+    home, a temp dir and a copy of the fixture's build of its own: the Slurm case."""
+    if not AS_ROOT or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to become another user")
+    home = Path(tempfile.mkdtemp(prefix="chorus-unprivileged-"))
+    build = ensure_build(task)
+    shutil.copytree(build, home / "cache" / build.name)
+    (home / "tmp").mkdir()
+    for folder, _, files in os.walk(home):
+        for name in [folder, *(os.path.join(folder, f) for f in files)]:
+            os.chown(name, NOBODY, NOBODY)
+    prefix = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO / "src"), "HOME": str(home),
+           "TMPDIR": str(home / "tmp"), "CHORUS_CACHE_DIR": str(home / "cache"), "LANG": "C.UTF-8",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    yield prefix, env
+    shutil.rmtree(home)
+
+
+def test_the_hostile_suite_holds_for_an_unprivileged_scorer(unprivileged):
+    """Every test of this file, run by a scorer that is not root: the same attacks fail
+    the same way, guard on and off, and leave nothing behind."""
+    prefix, env = unprivileged
+    if os.environ.get("CHORUS_SANDBOX_SUITE_UNPRIVILEGED"):
+        pytest.skip("already the unprivileged run")
+    probe = subprocess.run([*prefix, sys.executable, "-I", "-S", str(REPO / "src/chorus/harness/_child.py"),
+                            "--probe"], capture_output=True, text=True, env=env, check=True)
+    if '"user"' not in probe.stdout:
+        pytest.skip(f"unprivileged user namespaces are disabled here: {probe.stdout}")
+    inner = subprocess.run(
+        [*prefix, sys.executable, "-m", "pytest", __file__, "-q", "-rs", "-p", "no:cacheprovider",
+         "-k", "not unprivileged and not no_user_namespaces"],
+        cwd=REPO, env={**env, "CHORUS_SANDBOX_SUITE_UNPRIVILEGED": "1"},
+        capture_output=True, text=True, timeout=1500,
+    )
+    assert inner.returncode == 0, inner.stdout[-6000:] + inner.stderr[-2000:]
+    assert " passed" in inner.stdout and " failed" not in inner.stdout
+    assert "skipped" not in inner.stdout, inner.stdout[-3000:]  # every attack ran unprivileged
+
+
+FALLBACK_SCORER = """
+import json, sys, warnings
+from chorus.harness import score
+from chorus.harness.sandbox import confinement_support
+from chorus.tasks import load_task
+task = load_task(sys.argv[1])
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    result = score(task, task.reference_stimulus.read_text())
+print(json.dumps({"support": confinement_support(), "status": result.status,
+                  "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+def test_no_user_namespaces_means_a_loud_warning(unprivileged, task):
+    """An unprivileged scorer on a host without user namespaces (simulated: a user
+    namespace whose limit allows no nested one) still scores, and says loudly that
+    candidates are not confined."""
+    prefix, env = unprivileged
+    no_more = ("echo 1 > /proc/sys/user/max_user_namespaces && exec unshare --user "
+               f"--map-user={NOBODY} --map-group={NOBODY} \"$@\"")
+    command = [*prefix, "unshare", "--user", "--map-root-user", "sh", "-c", no_more, "sh",
+               sys.executable, "-c", FALLBACK_SCORER, str(task.root)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["support"]["namespaces"] == ""
+    assert report["status"] == "ok"  # (the reference: scoring goes on)
+    assert any("NO namespace confinement" in w for w in report["warnings"])
+    assert "NO namespace confinement" in done.stderr  # logged too
