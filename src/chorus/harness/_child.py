@@ -363,7 +363,11 @@ def main() -> int:
         print(json.dumps({"namespaces": mode}))
         return 0
     job = json.loads(Path(sys.argv[1]).read_text())
-    status = confine(job)
+    try:
+        status = confine(job)
+    except OSError as err:  # the host refused a step: say which, run nothing
+        print(f"chorus-sandbox: confinement failed, the candidate was not run: {err}", flush=True)
+        return 125
     Path("confinement.json").write_text(json.dumps(status))
     Path(sys.argv[1]).unlink()
     import subprocess

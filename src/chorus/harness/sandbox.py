@@ -494,8 +494,11 @@ def run_candidate(
     seed: int = 0,
 ) -> SandboxResult:
     """Simulate `stimulus_text` (a cocotb test module) against the build in `build_dir`."""
-    use_root = limits.drop_privileges and os.geteuid() == 0 and interpreter_reachable_by_others()
-    if use_root and (blocked := blocked_for_others(Path(build_dir).resolve())):
+    # in the candidate's own root every folder on the way is the sandbox's: only without
+    # namespaces must the sandbox uid be able to traverse the host's folders
+    namespaced = bool(confinement_support().get("namespaces"))
+    use_root = limits.drop_privileges and os.geteuid() == 0 and (namespaced or interpreter_reachable_by_others())
+    if use_root and not namespaced and (blocked := blocked_for_others(Path(build_dir).resolve())):
         raise PermissionError(
             f"the sandbox user cannot reach the build {build_dir}: {blocked} is not "
             "world-traversable (keep the Verilator cache in a readable place, CHORUS_CACHE_DIR)"
