@@ -14,7 +14,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -272,6 +271,34 @@ def test_native_code_the_candidate_writes_does_not_load(task, cache, guard, via_
         assert "failed to map segment" in result.detail or "Operation not permitted" in result.detail
 
 
+NO_WAY_BACK = """
+    import subprocess
+    outcomes = []
+    try:  # a user namespace of its own: capabilities, an executable tmpfs
+        done = subprocess.run(['unshare', '--user', '--map-root-user', 'true'], capture_output=True)
+        outcomes.append('UNSHARED' if done.returncode == 0 else 'no-userns')
+    except Exception as err:
+        outcomes.append(repr(err))
+    try:  # patching the simulator's memory in place
+        open('/proc/self/mem', 'wb')
+        outcomes.append('MEM-WRITABLE')
+    except Exception as err:
+        outcomes.append(repr(err))
+    raise ValueError(' '.join(outcomes))
+"""
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
+def test_no_way_back_to_privileges(task, cache, guard):
+    """No user namespace of the candidate's own (seccomp) and no write to its own memory
+    through /proc (read-only)."""
+    result = run(task, cache, NO_WAY_BACK, guard=guard)
+    assert result.status == "runtime_error"
+    assert "UNSHARED" not in result.detail and "MEM-WRITABLE" not in result.detail
+    if not guard:
+        assert "no-userns" in result.detail and "Read-only file system" in result.detail
+
+
 IPC_KEY = 0x43480000 + os.getpid() % 0x10000
 SYSV_IPC = f"""
     import ctypes
@@ -439,7 +466,7 @@ def test_every_layer_of_confinement_applies(task):
 
     run = run_candidate(task.reference_stimulus.read_text(), ensure_build(task), task.toplevel)
     assert run.tests == 1 and run.failures == 0
-    expected = {"namespaces": "root" if AS_ROOT else "user", "user_namespace": True, "network_isolated": True,
+    expected = {"namespaces": "root" if AS_ROOT else "user", "user_namespace": not AS_ROOT, "network_isolated": True,
                 "filesystem": "private_root", "pid_namespace": True, "ipc_namespace": True,
                 "privileges_dropped": AS_ROOT, "nested_userns_blocked": True, "proc_read_only": True,
                 "seccomp": True, "warning": ""}

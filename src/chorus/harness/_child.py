@@ -40,18 +40,20 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 0x400, 0x800, 0x200000, 0x1000000
 ST_NOATIME, ST_NODIRATIME, ST_RELATIME = 0x400, 0x800, 0x1000
 MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 4, 22, 38
+PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 22, 38
 SECCOMP_MODE_FILTER = 2
 SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
-EPERM = 1
+EPERM, ENOSYS = 1, 38
 X32_SYSCALL_BIT = 0x40000000
 # the system call numbers this file needs (pivot_root has no libc wrapper; the rest
 # are refused by the seccomp filter), per architecture
 SYSCALLS = {
-    "x86_64": {"audit_arch": 0xC000003E, "pivot_root": 155, "refused": {
-        "memfd_create": 319, "memfd_secret": 447, "ptrace": 101, "process_vm_writev": 311, "pidfd_getfd": 438}},
-    "aarch64": {"audit_arch": 0xC00000B7, "pivot_root": 41, "refused": {
-        "memfd_create": 279, "memfd_secret": 447, "ptrace": 117, "process_vm_writev": 271, "pidfd_getfd": 438}},
+    "x86_64": {"audit_arch": 0xC000003E, "pivot_root": 155, "clone": 56, "unshare": 272, "clone3": 435,
+               "refused": {"memfd_create": 319, "memfd_secret": 447, "ptrace": 101, "process_vm_writev": 311,
+                           "pidfd_getfd": 438}},
+    "aarch64": {"audit_arch": 0xC00000B7, "pivot_root": 41, "clone": 220, "unshare": 97, "clone3": 435,
+                "refused": {"memfd_create": 279, "memfd_secret": 447, "ptrace": 117, "process_vm_writev": 271,
+                            "pidfd_getfd": 438}},
 }
 ARCH = SYSCALLS.get(os.uname().machine)
 NEW_ROOT = "/tmp"  # any existing folder: the tmpfs mounted over it becomes the root
@@ -87,10 +89,10 @@ def _write(path: str, text: str) -> None:
 
 # -- namespaces -------------------------------------------------------------------------
 def _enter_namespaces(isolate_network: bool, as_root: bool) -> str:
-    """Unshare everything this process can; returns "user" (a user namespace of our own:
-    what an unprivileged scorer gets), "root" (namespaces created as root, no user
-    namespace: user namespaces are disabled on this host) or "" (none: an unprivileged
-    scorer on a host without user namespaces)."""
+    """Unshare mount, pid, IPC, UTS (and network) namespaces; returns "user" (inside a
+    user namespace of our own: how an unprivileged scorer gets them), "root" (made
+    directly as root) or "" (none: user namespaces disabled for an unprivileged scorer,
+    or a root without CAP_SYS_ADMIN, as in a default container)."""
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
     flags |= CLONE_NEWNET if isolate_network else 0
     if as_root:
@@ -208,9 +210,9 @@ def _build_root(mounts: list[dict]) -> None:
     _call(_libc.umount2(OLD_ROOT.encode(), MNT_DETACH), "detach the host's root")
     os.rmdir(OLD_ROOT)
     writable = {e["path"] for e in mounts if e["kind"] == "rw"} | {f"/dev/{n}" for n in DEVICES}
-    for mount_point in _mount_points():
-        if mount_point not in writable and mount_point != "/proc":
-            _remount(mount_point, BIND_FLAGS["ro"])
+    for mount_point in _mount_points():  # /proc too: no write to /proc/self/mem
+        if mount_point not in writable:
+            _remount(mount_point, BIND_FLAGS["ro"])  # (noexec kept where it is)
     os.chdir(cwd)
 
 
@@ -221,47 +223,41 @@ def _mount_points() -> list[str]:
     return [p.encode().decode("unicode_escape").encode("latin-1").decode() for p in points]
 
 
-def _seal(privileged_ns: bool) -> dict:
-    """The last steps that need capabilities in our user namespace: no nested user
-    namespace for the candidate, /proc read-only (no writes to /proc/self/mem)."""
-    status = {"nested_userns_blocked": False, "proc_read_only": False}
-    if privileged_ns:
-        try:
-            _write("/proc/sys/user/max_user_namespaces", "0")
-            status["nested_userns_blocked"] = True
-        except OSError:
-            pass
-    try:
-        _remount("/proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        status["proc_read_only"] = True
-    except OSError:
-        pass
-    return status
-
-
 # -- what the candidate's processes may call ---------------------------------------------
 def _seccomp_filter() -> bool:
     """Refuse (EPERM) memfd_create and memfd_secret (an anonymous file is not on a noexec
     mount: it could be loaded as a shared object through /proc/self/fd), ptrace,
-    process_vm_writev and pidfd_getfd (a helper process patching the simulator), every
-    call of the x32 ABI and of any other architecture. Inherited by every descendant."""
+    process_vm_writev and pidfd_getfd (a helper process patching the simulator), a new
+    user namespace (clone or unshare with CLONE_NEWUSER: capabilities in it would let the
+    candidate mount an executable tmpfs; clone3, whose flags a filter cannot read, says
+    ENOSYS and libc falls back to clone), every call of the x32 ABI and of any other
+    architecture. Inherited by every descendant."""
     if ARCH is None:
         return False
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    refuse = SECCOMP_RET_ERRNO | EPERM
-    numbers = list(ARCH["refused"].values())
-    n = len(numbers)
-    # instruction: (code, jump-if-true, jump-if-false, k); jumps count from the next one
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    # (code, label if true, label if false, k): labels resolved to relative jumps below
     program = [
-        (ld_abs, 0, 0, 4),  # seccomp_data.arch
-        (jeq, 0, n + 3, ARCH["audit_arch"]),  # another ABI: refuse
-        (ld_abs, 0, 0, 0),  # seccomp_data.nr
-        (jge, n + 1, 0, X32_SYSCALL_BIT),
-        *[(jeq, n - i, 0, nr) for i, nr in enumerate(numbers)],
-        (ret, 0, 0, SECCOMP_RET_ALLOW),
-        (ret, 0, 0, refuse),
+        ("arch", ld_abs, None, None, 4),  # seccomp_data.arch
+        (None, jeq, None, "refuse", ARCH["audit_arch"]),
+        (None, ld_abs, None, None, 0),  # seccomp_data.nr
+        (None, jge, "refuse", None, X32_SYSCALL_BIT),
+        *[(None, jeq, "refuse", None, nr) for nr in ARCH["refused"].values()],
+        (None, jeq, "enosys", None, ARCH["clone3"]),
+        (None, jeq, "flags", None, ARCH["clone"]),
+        (None, jeq, "flags", None, ARCH["unshare"]),
+        (None, ret, None, None, SECCOMP_RET_ALLOW),
+        ("flags", ld_abs, None, None, 16),  # the low half of args[0]: the clone flags
+        (None, jset, "refuse", None, CLONE_NEWUSER),
+        (None, ret, None, None, SECCOMP_RET_ALLOW),
+        ("refuse", ret, None, None, SECCOMP_RET_ERRNO | EPERM),
+        ("enosys", ret, None, None, SECCOMP_RET_ERRNO | ENOSYS),
     ]
-    code = b"".join(struct.pack("HBBI", *instruction) for instruction in program)
+    at = {label: i for i, (label, *_) in enumerate(program) if label}
+    jump = lambda i, label: 0 if label is None else at[label] - i - 1  # noqa: E731
+    code = b"".join(
+        struct.pack("HBBI", op, jump(i, if_true), jump(i, if_false), k)
+        for i, (_, op, if_true, if_false, k) in enumerate(program)
+    )
     buffer = ctypes.create_string_buffer(code)
 
     class _Program(ctypes.Structure):
@@ -337,21 +333,12 @@ def confine(job: dict) -> dict:
     _libc.sethostname(b"sandbox", 7)
     _build_root(job["mounts"])
     status["filesystem"] = "private_root"
-    privileged_ns = mode == "user"
+    status["proc_read_only"] = True
     if job["uid"] is not None:
         _drop_privileges(job["uid"])
         status["privileges_dropped"] = os.geteuid() == job["uid"]
-        # a user namespace of the sandbox uid's own, to forbid nested ones in it
-        uid, gid = os.geteuid(), os.getegid()
-        # the uid change made /proc/self root's: dumpable again to write the id maps
-        _prctl(PR_SET_DUMPABLE, 1)
-        if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0:
-            _own_id_maps(uid, gid)
-            status["user_namespace"] = privileged_ns = True
-        _prctl(PR_SET_DUMPABLE, 0)
-    status.update(_seal(privileged_ns))
     _set_limits(job["limits"])
-    status["seccomp"] = _seccomp_filter()
+    status["seccomp"] = status["nested_userns_blocked"] = _seccomp_filter()
     # the init is a new process, and the uid drop and user namespaces cleared the request
     _die_with_parent(lambda: _pipe_writer_alive(outside_alive))
     return status

@@ -39,7 +39,6 @@ import glob
 import json
 import logging
 import os
-import secrets
 import signal
 import site
 import subprocess
