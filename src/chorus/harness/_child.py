@@ -181,6 +181,7 @@ def _build_root(mounts: list[dict]) -> None:
     plan does not name (the repository, the tasks, home folders, the scorer's sys.path,
     /tmp, /run and the host's Unix sockets) does not exist for the candidate."""
     cwd = os.getcwd()
+    os.umask(0o022)  # the folders made on the way must be traversable by the sandbox uid
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing propagates to the host
     _mount("tmpfs", NEW_ROOT, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m")
     os.mkdir(NEW_ROOT + OLD_ROOT)
