@@ -4,8 +4,10 @@ cocotb configures pytest (assertion rewriting) in the simulator's Python before 
 imports the test module, and pytest then imports every `pytest11` entry point it finds.
 On ML images such a plugin (jaxtyping's, for one) imports numpy, which imports ctypes.
 This builds such a package in a world-readable temp folder, as a path entry holding the
-plugin module and its dist-info, without installing anything into the shared venv; the
-sandbox hands the scorer's sys.path to the simulator's Python, as it does site-packages.
+plugin module and its dist-info, without installing anything into the shared venv. The
+simulator's Python sees only cocotb and the distributions it requires (the sandbox's
+mount plan and PYTHONPATH): `foreign_python_env` makes the plugin one of them, as it
+would be on an image where a requirement of cocotb brings such a plugin.
 """
 
 from __future__ import annotations
@@ -38,19 +40,35 @@ def make_plugin_path_entry(parent: str | Path | None = None) -> Path:
     dist.mkdir()
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {PLUGIN}\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(f"[pytest11]\nchorus_probe = {PLUGIN}\n")
+    # the installed files (how the sandbox finds what to bind of a distribution)
+    (dist / "RECORD").write_text("".join(f"{name},,\n" for name in (
+        f"{PLUGIN}.py", *(f"{dist.name}/{n}" for n in ("METADATA", "entry_points.txt", "RECORD")))))
     for path in (entry, dist, *entry.iterdir(), *dist.iterdir()):
         path.chmod(0o755 if path.is_dir() else 0o644)
     return entry
 
 
+def _forget_simulator_packages(sandbox) -> None:
+    sandbox._simulator_packages.cache_clear()
+    sandbox._environment_plan.cache_clear()
+
+
 @contextlib.contextmanager
 def foreign_python_env():
-    """The plugin package on this process's sys.path (so on the simulator's too)."""
+    """The plugin package on this process's sys.path and among the distributions the
+    simulator's Python sees (SIMULATOR_DISTRIBUTIONS)."""
+    from chorus.harness import sandbox
+
     entry = make_plugin_path_entry()
     sys.path.insert(0, str(entry))
+    distributions = sandbox.SIMULATOR_DISTRIBUTIONS
+    sandbox.SIMULATOR_DISTRIBUTIONS = (*distributions, PLUGIN)
+    _forget_simulator_packages(sandbox)
     try:
         yield entry
     finally:
+        sandbox.SIMULATOR_DISTRIBUTIONS = distributions
+        _forget_simulator_packages(sandbox)
         sys.path.remove(str(entry))
         shutil.rmtree(entry, ignore_errors=True)
 

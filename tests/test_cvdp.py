@@ -15,6 +15,7 @@ import pytest
 from chorus.cvdp import CvdpFormatError, convert_cvdp_jsonl
 from chorus.harness import SandboxLimits, score, score_generations
 from chorus.harness import svtb
+from chorus.harness.sandbox import confinement_support
 from chorus.prompts import answer_format, build_prompt, clock_inputs, extract_answer, format_completion
 from chorus.tasks import TaskFormatError, load_task, load_tasks
 
@@ -360,9 +361,13 @@ REPLACE_SV_OUTPUTS = {
 def test_testbench_replacing_its_outputs_hangs_and_leaks_nothing(gf_task, monkeypatch, secret, kind):
     """A testbench running as the scorer's own user (no uid drop), with the screen
     bypassed ($system allowed), finds its output folder from the coverage plusarg and
-    replaces the coverage file, the log and the confinement report with a FIFO or a
-    symlink to a secret, and the same names in its home: the scorer neither hangs nor
-    reads the secret, and no coverage counts."""
+    tries to replace the coverage file, the log and the confinement report with a FIFO
+    or a symlink to a secret, and the same names in its home. With namespaces its root
+    has the output folder and home read-only (only the coverage file writable, and not
+    replaceable: a mount point), so every replacement fails and the run scores exactly
+    what the same testbench without the attack scores. Without namespaces the
+    replacements succeed: the scorer neither hangs nor reads the secret, and no
+    coverage counts."""
     replace, status = REPLACE_SV_OUTPUTS[kind]
     replace = replace.format(secret=secret)
     script = (f"d=$(dirname %s); for n in coverage.dat sim.log confinement.json; do {replace}; done; "
@@ -372,9 +377,14 @@ def test_testbench_replacing_its_outputs_hangs_and_leaks_nothing(gf_task, monkey
     monkeypatch.setattr(svtb, "screen_testbench", lambda text, instance: None)
     limits = SandboxLimits(timeout_s=8, drop_privileges=False)
     result = run_bounded(lambda: score(gf_task, IDLE.replace("ATTACK", attack), limits=limits), timeout_s=300)
+    assert "SECRET" not in result.detail
+    if confinement_support().get("namespaces"):
+        plain = run_bounded(lambda: score(gf_task, IDLE.replace("ATTACK", ""), limits=limits), timeout_s=300)
+        assert plain.coverage and not plain.passed  # the idle testbench's own, real coverage
+        assert (result.status, result.score, result.coverage) == (plain.status, plain.score, plain.coverage)
+        return
     assert result.status == status and not result.passed, result.detail
     assert result.score == 0.0 and not result.coverage
-    assert "SECRET" not in result.detail
     if status == "runtime_error":  # the log tail: the attack ran
         assert "replaced" in result.detail and "coverage.dat" in result.detail
 
@@ -395,10 +405,12 @@ def _confined_shell(script, limits, **env):
 def test_run_confined_outputs_survive_fifos_and_symlinks(secret, drop):
     """The layout itself, the candidate a shell command: it writes its coverage, then
     tries to replace every file of its output folder (and the names the old layout read
-    in its home) with a FIFO or a symlink to a secret. As the sandbox uid every attempt
-    fails and the coverage is read; as the scorer's own user the replacements succeed,
-    and the scorer still reads only its own descriptors: no hang, no secret, and the
-    files unlinked (coverage, confinement report) do not count."""
+    in its home) with a FIFO or a symlink to a secret. As the sandbox uid, or with
+    namespaces (the output folder is read-only in the candidate's root, the files it
+    writes single writable mounts), every attempt fails and the coverage is read;
+    as the scorer's own user without namespaces the replacements succeed, and the scorer
+    still reads only its own descriptors: no hang, no secret, and the files unlinked
+    (coverage, confinement report) do not count."""
     if drop and os.geteuid() != 0:
         pytest.skip("the sandbox uid needs root")
     script = """echo real-coverage > "$OUT/coverage.dat"
@@ -413,8 +425,9 @@ echo done
     run, coverage, uid = run_bounded(lambda: _confined_shell(script, limits, SECRET=str(secret)), timeout_s=120)
     assert run.returncode == 0 and not run.timed_out, run.log_tail
     assert "done" in run.log_tail and "SECRET" not in run.log_tail
-    if uid is not None:
-        assert run.confinement["privileges_dropped"]  # the child's report, through its descriptor
+    if uid is not None or confinement_support().get("namespaces"):
+        # the child's report, through its descriptor
+        assert run.confinement["privileges_dropped"] if uid is not None else run.confinement["namespaces"]
         assert run.log_tail.count("kept") == 4 and "replaced" not in run.log_tail, run.log_tail
         assert coverage == b"real-coverage\n"
     else:

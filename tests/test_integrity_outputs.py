@@ -15,6 +15,7 @@ import pytest
 
 from chorus.harness import SandboxLimits, score, score_many
 from chorus.harness.outputs import OversizedOutput, read_bounded, read_tail
+from chorus.harness.sandbox import confinement_support
 
 AS_ROOT = os.geteuid() == 0
 GUARD = pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
@@ -209,16 +210,20 @@ REPLACE_OUTPUTS = """    out = os.path.dirname(coverage_path())
     drop = lambda path: os.path.lexists(path) and os.unlink(path)
     for name in ('sim.log', 'results.xml', 'coverage.dat', 'confinement.json'):
         path = os.path.join(out, name)
+        try:
 {make}
+            print(f'replaced {{name}}', flush=True)
+        except OSError as err:  # (with namespaces: the output folder is read-only)
+            print(f'refused {{name}}: {{err.strerror}}', flush=True)
     print('replaced the outputs', flush=True)
     os._exit(0)
 """
 REPLACEMENTS = {
-    "fifo": "        drop(path)\n        os.mkfifo(path)",
-    "symlink-to-secret": "        drop(path)\n        os.symlink(SECRET, path)",
-    "dev-zero": "        drop(path)\n        os.symlink('/dev/zero', path)",
+    "fifo": "            drop(path)\n            os.mkfifo(path)",
+    "symlink-to-secret": "            drop(path)\n            os.symlink(SECRET, path)",
+    "dev-zero": "            drop(path)\n            os.symlink('/dev/zero', path)",
     # the file itself grown (sparse) to just below the file-size limit
-    "huge-file": "        open(path, 'a').close()\n        os.truncate(path, 60 * 2**20)",
+    "huge-file": "            open(path, 'a').close()\n            os.truncate(path, 60 * 2**20)",
 }
 
 
@@ -247,16 +252,22 @@ def secret(tmp_path):
 @pytest.mark.parametrize("kind", list(REPLACEMENTS))
 def test_scorer_reads_no_path_the_candidate_replaced(task, kind, secret):
     """A candidate that runs as the scorer's own user (no uid drop: here root without
-    `drop_privileges`, or any non-root scorer) can replace every output file of its run
-    with a FIFO, a symlink to a secret or to /dev/zero, or a 1 TB sparse file. The scorer
-    reads the files it created through the descriptors it kept: no hang, no secret in the
-    detail, no unbounded read."""
+    `drop_privileges`, or any non-root scorer) tries to replace every output file of its
+    run with a FIFO, a symlink to a secret or to /dev/zero, or grow it to a sparse file
+    near the size limit. With namespaces the output folder is read-only in its root (the
+    files it writes are single writable mounts, which cannot be unlinked): the log and
+    the confinement report are refused, the written files can only be grown. Without
+    namespaces every replacement succeeds. Either way the scorer reads the files it
+    created through the descriptors it kept: no hang, no secret in the detail, no
+    unbounded read."""
     limits = SandboxLimits(timeout_s=20, guard=False, drop_privileges=False)
     stimulus = QUIET_HEAD + replacing_attack(kind, secret)
     result = run_bounded(lambda: score(task, stimulus, limits=limits), timeout_s=120)
     assert result.status == "runtime_error" and "replaced the outputs" in result.detail
     assert "SECRET" not in result.detail
     assert_nothing_gained(result)
+    if confinement_support().get("namespaces"):
+        assert "refused sim.log" in result.detail and "refused confinement.json" in result.detail, result.detail
 
 
 def test_batch_with_output_attacks_keeps_the_other_results(task, secret):

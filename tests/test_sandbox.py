@@ -1,16 +1,29 @@
 """Untrusted stimulus: every bad candidate gives a failed result with a reason, and the
 scorer goes on. Each attack runs twice where it matters: with the in-process guard and
-with the OS confinement alone (guard off), so each layer is shown to hold by itself."""
+with the OS confinement alone (guard off), so each layer is shown to hold by itself.
+As root, the whole file runs once more as an unprivileged user (the Slurm case):
+`test_the_hostile_suite_holds_for_an_unprivileged_scorer`. After every test, the
+candidate's folder is gone and no process of it lives."""
 
+import base64
+import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from chorus.harness import SandboxLimits, score, score_many
+from chorus.harness import SandboxLimits, ensure_build, score, score_many
+from chorus.harness.sandbox import confinement_support
 
 AS_ROOT = os.geteuid() == 0
+REPO = Path(__file__).resolve().parents[1]
+NOBODY = 65534
 HEAD = """import cocotb, os, sys
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
@@ -22,6 +35,45 @@ async def attack(dut):
     dut.en.value = 0
     await ClockCycles(dut.clk, 2)
 """
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sandbox_dir():
+    """A candidates' folder of this module's own (CHORUS_SANDBOX_DIR), so leftovers are
+    this module's and not those of another scorer on the host."""
+    folder = Path(tempfile.mkdtemp(prefix="chorus-sandbox-test-"))
+    folder.chmod(0o711)
+    previous = os.environ.get("CHORUS_SANDBOX_DIR")
+    os.environ["CHORUS_SANDBOX_DIR"] = str(folder)
+    yield folder
+    if previous is None:
+        del os.environ["CHORUS_SANDBOX_DIR"]
+    else:
+        os.environ["CHORUS_SANDBOX_DIR"] = previous
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _live_descendants(pid: int) -> set[int]:
+    parent_of = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":
+            parent_of[int(entry)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parent_of.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind(sandbox_dir):
+    yield
+    assert list(sandbox_dir.iterdir()) == []  # every candidate's folder removed
+    assert _live_descendants(os.getpid()) == set()  # no candidate process outlives its run
 
 
 def run(task, cache, body, **limits):
@@ -114,23 +166,249 @@ def test_forged_coverage_database_scores_nothing(task, cache, guard):
         assert result.status == "runtime_error" and "read-only" in result.detail
 
 
-@pytest.mark.skipif(not AS_ROOT, reason="reading root's files is only refused by the uid drop")
 @pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
-def test_reading_ssh_keys_fails(task, cache, guard):
-    ssh = Path("/root/.ssh")
-    created_dir = not ssh.exists()
-    ssh.mkdir(mode=0o700, exist_ok=True)
-    key = ssh / "chorus_test_key"
+def test_files_of_the_scorer_are_out_of_reach(task, cache, guard, tmp_path):
+    """A file the scorer's user can read (root's ~/.ssh as root; any file otherwise) does
+    not exist for the candidate."""
+    folder = Path("/root/.ssh") if AS_ROOT else tmp_path
+    created_dir = not folder.exists()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    key = folder / f"chorus_test_key_{os.getpid()}"
     key.write_text("SECRET-KEY")
     key.chmod(0o600)
     try:
         result = run(task, cache, f"    print(open({str(key)!r}).read())\n", guard=guard)
-        assert result.status == "runtime_error" and "Permission denied" in result.detail
+        assert result.status == "runtime_error" and "No such file" in result.detail
         assert "SECRET-KEY" not in result.detail
     finally:
         key.unlink()
         if created_dir:
-            ssh.rmdir()
+            folder.rmdir()
+
+
+def _other_task(name: str) -> Path:
+    return REPO / "tasks" / "ecov" / name
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
+@pytest.mark.parametrize(
+    "attack",
+    [
+        f"open({str(_other_task('up_counter') / 'stimulus' / 'reference.py')!r}).read()",
+        f"open({str(_other_task('up_counter') / 'rtl' / 'up_counter.sv')!r}).read()",
+        "open(os.path.join(os.path.dirname(cocotb.__file__), '..', '..', '..', '..', '..', 'README.md')).read()",
+        f"open({str(REPO / 'README.md')!r}).read()",
+        f"os.listdir({str(REPO / 'tasks')!r})",
+        "__import__('chorus.tasks').__file__",
+        "__import__('yaml').__file__",  # the scorer's packages: not cocotb's
+    ],
+    ids=["other-reference", "other-rtl", "repo-via-venv", "repo-readme", "task-list", "chorus", "scorer-package"],
+)
+def test_answers_are_out_of_reach(task, cache, guard, attack):
+    """Another task's reference stimulus and RTL, the repository, chorus itself and the
+    scorer's other packages do not exist for the candidate (only the standard library,
+    cocotb and its requirements, the build and its own folder do)."""
+    result = run(task, cache, f"    raise ValueError('LEAKED ' + repr({attack})[:300])\n", guard=guard)
+    assert result.status == "runtime_error" and not result.passed
+    assert "LEAKED" not in result.detail
+    assert "No such file" in result.detail or "No module named" in result.detail
+
+
+EXTENSION_SOURCE = """
+#include <Python.h>
+static PyObject *hello(PyObject *self, PyObject *args) { return PyUnicode_FromString("NATIVE-CODE-RAN"); }
+static PyMethodDef methods[] = {{"hello", hello, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "evil", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_evil(void) { return PyModule_Create(&module); }
+"""
+
+
+@pytest.fixture(scope="module")
+def extension_module(tmp_path_factory) -> bytes:
+    """A real compiled Python extension module, shown to load outside the sandbox."""
+    include = sysconfig.get_paths()["include"]
+    if shutil.which("gcc") is None or not Path(include, "Python.h").is_file():
+        pytest.skip("no C compiler or Python headers here")
+    folder = tmp_path_factory.mktemp("native")
+    (folder / "evil.c").write_text(EXTENSION_SOURCE)
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-I{include}", "-o", str(folder / "evil.so"), str(folder / "evil.c")],
+                   check=True, capture_output=True)
+    check = "import importlib.util as u, sys; s = u.spec_from_file_location('evil', sys.argv[1]); " \
+            "m = u.module_from_spec(s); s.loader.exec_module(m); print(m.hello())"
+    loaded = subprocess.run([sys.executable, "-c", check, str(folder / "evil.so")], capture_output=True, text=True)
+    assert loaded.stdout.strip() == "NATIVE-CODE-RAN"
+    return (folder / "evil.so").read_bytes()
+
+
+LOAD_EXTENSION = """
+    import base64, importlib.util
+    blob = base64.b64decode({blob!r})
+    if {via_memfd}:
+        fd = os.memfd_create('evil')
+        os.write(fd, blob)
+        path = f'/proc/self/fd/{{fd}}'
+    else:
+        path = os.path.abspath('evil.so')
+        with open(path, 'wb') as handle:
+            handle.write(blob)
+    spec = importlib.util.spec_from_file_location('evil', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    raise ValueError('LOADED ' + module.hello())
+"""
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
+@pytest.mark.parametrize("via_memfd", [False, True], ids=["file", "memfd"])
+def test_native_code_the_candidate_writes_does_not_load(task, cache, guard, via_memfd, extension_module):
+    """Every folder the candidate can write is mounted noexec and memfd_create is refused,
+    so a shared object it writes cannot be loaded into the simulator."""
+    body = LOAD_EXTENSION.format(blob=base64.b64encode(extension_module).decode(), via_memfd=via_memfd)
+    result = run(task, cache, body, guard=guard)
+    assert result.status == "runtime_error"
+    assert "NATIVE-CODE-RAN" not in result.detail
+    if not via_memfd:
+        assert "failed to map segment" in result.detail or "Operation not permitted" in result.detail
+
+
+NO_WAY_BACK = """
+    import subprocess
+    outcomes = []
+    try:  # a user namespace of its own: capabilities, an executable tmpfs
+        done = subprocess.run(['unshare', '--user', '--map-root-user', 'true'], capture_output=True)
+        outcomes.append('UNSHARED' if done.returncode == 0 else 'no-userns')
+    except Exception as err:
+        outcomes.append(repr(err))
+    try:  # patching the simulator's memory in place
+        open('/proc/self/mem', 'wb')
+        outcomes.append('MEM-WRITABLE')
+    except Exception as err:
+        outcomes.append(repr(err))
+    raise ValueError(' '.join(outcomes))
+"""
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
+def test_no_way_back_to_privileges(task, cache, guard):
+    """No user namespace of the candidate's own (seccomp) and no write to its own memory
+    through /proc (read-only)."""
+    result = run(task, cache, NO_WAY_BACK, guard=guard)
+    assert result.status == "runtime_error"
+    assert "UNSHARED" not in result.detail and "MEM-WRITABLE" not in result.detail
+    if not guard:
+        assert "no-userns" in result.detail and "Read-only file system" in result.detail
+
+
+IPC_KEY = 0x43480000 + os.getpid() % 0x10000
+SYSV_IPC = f"""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    queue = libc.msgget({IPC_KEY}, 0o1600)  # IPC_CREAT | 0600
+    memory = libc.shmget({IPC_KEY}, 4096, 0o1600)
+    raise ValueError(f'ipc-created queue={{queue}} memory={{memory}}')
+"""
+
+
+def _host_ipc_keys() -> set[int]:
+    keys = set()
+    for kind in ("msg", "shm", "sem"):
+        lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+        keys |= {int(line.split()[0]) for line in lines}
+    return keys
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
+def test_sysv_ipc_objects_die_with_the_candidate(task, cache, guard):
+    """The candidate has an IPC namespace of its own: SysV message queues and shared
+    memory it creates are not the host's and vanish with it."""
+    result = run(task, cache, SYSV_IPC, guard=guard)
+    assert result.status == "runtime_error"
+    if not guard:  # (the guard refuses ctypes)
+        assert "ipc-created queue=0 memory=0" in result.detail  # they existed inside
+    assert IPC_KEY not in _host_ipc_keys()
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
+def test_host_processes_are_invisible(task, cache, guard):
+    """/proc is that of the candidate's own pid namespace: no host command line (the
+    scorer's, another job's secrets in argv) is readable."""
+    marker = f"chorus-host-marker-{os.getpid()}"
+    host = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", marker])
+    body = (
+        "    seen = [open(f'/proc/{p}/cmdline').read() for p in os.listdir('/proc') if p.isdigit()]\n"
+        "    raise ValueError(f'pids={len(seen)} ' + ' '.join(seen))\n"
+    )
+    try:
+        result = run(task, cache, body, guard=guard)
+    finally:
+        host.kill()
+        host.wait()
+    assert result.status == "runtime_error"
+    assert "pids=" in result.detail and marker not in result.detail
+    assert int(result.detail.split("pids=")[1].split()[0]) <= 3  # its init, the simulator
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
+def test_host_unix_sockets_are_unreachable(task, cache, guard, sandbox_dir):
+    """A Unix socket of the host (a path in /tmp, in the folder above the candidate's,
+    an abstract name) cannot be reached: the paths are not in the candidate's file
+    system, abstract names belong to the network namespace."""
+    path_servers = []
+    for folder in (Path(tempfile.gettempdir()), sandbox_dir):
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(folder / f"chorus-sock-{os.getpid()}"))
+        path_servers.append(server)
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind(f"\0chorus-sock-{os.getpid()}")
+    servers = [*path_servers, abstract]
+    for server in servers:
+        server.listen(1)
+        server.settimeout(0.2)
+    addresses = [s.getsockname() for s in path_servers] + [f"\0chorus-sock-{os.getpid()}"]
+    body = (
+        "    import socket\n"
+        "    outcomes = []\n"
+        f"    for address in {addresses!r}:\n"
+        "        try:\n"
+        "            socket.socket(socket.AF_UNIX).connect(address)\n"
+        "            outcomes.append('CONNECTED')\n"
+        "        except OSError as err:\n"
+        "            outcomes.append(repr(err))\n"
+        "    raise ValueError(' '.join(outcomes))\n"
+    )
+    try:
+        result = run(task, cache, body, guard=guard)
+        assert result.status == "runtime_error" and "CONNECTED" not in result.detail
+        for server in servers:
+            with pytest.raises(socket.timeout):
+                server.accept()
+    finally:
+        for server in servers:
+            server.close()
+        for server_path in addresses[:2]:
+            Path(server_path).unlink(missing_ok=True)
+
+
+DEEP_TREE = """
+    os.mkdir('tree')
+    fd = os.open('tree', os.O_RDONLY)
+    for _ in range(5000):
+        os.mkdir('d', dir_fd=fd)
+        deeper = os.open('d', os.O_RDONLY, dir_fd=fd)
+        os.chmod(fd, 0o500)  # and read-only on the way: no write, no delete
+        os.close(fd)
+        fd = deeper
+    os.close(fd)
+"""
+
+
+def test_a_very_deep_tree_is_removed(task, cache, sandbox_dir):
+    """5,000 nested read-only folders (deeper than PATH_MAX, deeper than the recursion of
+    shutil.rmtree) are removed with the candidate's folder; the candidate's own verdict
+    is unaffected (no sandbox_error). (The scorer removes it: the guard plays no part.)"""
+    result = run(task, cache, DEEP_TREE, timeout_s=60)
+    assert result.status == "below_target", result.detail
+    assert list(sandbox_dir.iterdir()) == []
 
 
 @pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
@@ -144,14 +422,12 @@ def test_no_network(task, cache, guard):
     try:
         result = run(task, cache, body, guard=guard)
         assert result.status == "runtime_error"
-        if AS_ROOT:
-            with pytest.raises(socket.timeout):
-                server.accept()
+        with pytest.raises(socket.timeout):
+            server.accept()
     finally:
         server.close()
 
 
-@pytest.mark.skipif(not AS_ROOT, reason="the process limit binds only after the uid drop")
 @pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
 def test_fork_bomb_is_contained(task, cache, guard):
     result = run(task, cache, "    while True:\n        os.fork()\n", guard=guard, timeout_s=5)
@@ -178,3 +454,94 @@ def test_batch_with_bad_candidates_loses_no_result(task, cache):
     ]
     results = score_many(items, workers=2, limits=SandboxLimits(timeout_s=4))
     assert [r.status for r in results] == ["ok", "timeout", "runtime_error", "syntax_error", "ok"]
+
+
+def test_every_layer_of_confinement_applies(task):
+    """What confinement.json reports for a well-behaved candidate: every namespace, the
+    private root, the read-only /proc, seccomp, no nested user namespace; as root, the
+    sandbox uid."""
+    if not confinement_support().get("namespaces"):
+        pytest.skip("no namespaces on this host (see test_no_user_namespaces_means_a_loud_warning)")
+    from chorus.harness.sandbox import run_candidate
+
+    run = run_candidate(task.reference_stimulus.read_text(), ensure_build(task), task.toplevel)
+    assert run.tests == 1 and run.failures == 0
+    expected = {"namespaces": "root" if AS_ROOT else "user", "user_namespace": not AS_ROOT, "network_isolated": True,
+                "filesystem": "private_root", "pid_namespace": True, "ipc_namespace": True,
+                "privileges_dropped": AS_ROOT, "nested_userns_blocked": True, "proc_read_only": True,
+                "seccomp": True, "warning": ""}
+    assert run.confinement == expected
+
+
+@pytest.fixture(scope="module")
+def unprivileged(task):
+    """(command prefix, environment) that run a scorer as an ordinary user (nobody) with a
+    home, a temp dir and a copy of the fixture's build of its own: the Slurm case."""
+    if not AS_ROOT or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to become another user")
+    home = Path(tempfile.mkdtemp(prefix="chorus-unprivileged-"))
+    build = ensure_build(task)
+    shutil.copytree(build, home / "cache" / build.name)
+    (home / "tmp").mkdir()
+    for folder, _, files in os.walk(home):
+        for name in [folder, *(os.path.join(folder, f) for f in files)]:
+            os.chown(name, NOBODY, NOBODY)
+    prefix = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO / "src"), "HOME": str(home),
+           "TMPDIR": str(home / "tmp"), "CHORUS_CACHE_DIR": str(home / "cache"), "LANG": "C.UTF-8",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    yield prefix, env
+    shutil.rmtree(home)
+
+
+def test_the_hostile_suite_holds_for_an_unprivileged_scorer(unprivileged):
+    """Every test of this file, run by a scorer that is not root: the same attacks fail
+    the same way, guard on and off, and leave nothing behind."""
+    prefix, env = unprivileged
+    if os.environ.get("CHORUS_SANDBOX_SUITE_UNPRIVILEGED"):
+        pytest.skip("already the unprivileged run")
+    probe = subprocess.run([*prefix, sys.executable, "-I", "-S", str(REPO / "src/chorus/harness/_child.py"),
+                            "--probe"], capture_output=True, text=True, env=env, check=True)
+    if '"user"' not in probe.stdout:
+        pytest.skip(f"unprivileged user namespaces are disabled here: {probe.stdout}")
+    inner = subprocess.run(
+        [*prefix, sys.executable, "-m", "pytest", __file__, "-q", "-rs", "-p", "no:cacheprovider",
+         "-k", "not unprivileged and not no_user_namespaces"],
+        cwd=REPO, env={**env, "CHORUS_SANDBOX_SUITE_UNPRIVILEGED": "1"},
+        capture_output=True, text=True, timeout=1500,
+    )
+    assert inner.returncode == 0, inner.stdout[-6000:] + inner.stderr[-2000:]
+    assert " passed" in inner.stdout and " failed" not in inner.stdout
+    assert "skipped" not in inner.stdout, inner.stdout[-3000:]  # every attack ran unprivileged
+
+
+FALLBACK_SCORER = """
+import json, sys, warnings
+from chorus.harness import score
+from chorus.harness.sandbox import confinement_support
+from chorus.tasks import load_task
+task = load_task(sys.argv[1])
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    result = score(task, task.reference_stimulus.read_text())
+print(json.dumps({"support": confinement_support(), "status": result.status,
+                  "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+def test_no_user_namespaces_means_a_loud_warning(unprivileged, task):
+    """An unprivileged scorer on a host without user namespaces (simulated: a user
+    namespace whose limit allows no nested one) still scores, and says loudly that
+    candidates are not confined."""
+    prefix, env = unprivileged
+    no_more = ("echo 1 > /proc/sys/user/max_user_namespaces && exec unshare --user "
+               f"--map-user={NOBODY} --map-group={NOBODY} \"$@\"")
+    command = [*prefix, "unshare", "--user", "--map-root-user", "sh", "-c", no_more, "sh",
+               sys.executable, "-c", FALLBACK_SCORER, str(task.root)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["support"]["namespaces"] == ""
+    assert report["status"] == "ok"  # (the reference: scoring goes on)
+    assert any("NO namespace confinement" in w for w in report["warnings"])
+    assert "NO namespace confinement" in done.stderr  # logged too

