@@ -76,3 +76,25 @@ def local_run(tmp_path_factory) -> Path:
         timeout=3000,
     )
     return workdir
+
+
+# -- shared by the attack tests (test_integrity_outputs.py, test_cvdp.py) -------------
+def run_bounded(fn, timeout_s):
+    """fn() in a thread; fails the test instead of hanging it when fn does not return."""
+    import threading
+
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("value", fn()), daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    assert not thread.is_alive(), "the scorer hung"
+    return box["value"]
+
+
+@pytest.fixture
+def secret(tmp_path):
+    """A root-only file a candidate must never get into a result."""
+    path = tmp_path / "shadow"
+    path.write_text("root:SECRET-HASH:19000::::::\n")
+    path.chmod(0o600)
+    return path

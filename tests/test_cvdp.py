@@ -16,6 +16,7 @@ from chorus.cvdp import CvdpFormatError, convert_cvdp_jsonl
 from chorus.harness import SandboxLimits, score, score_generations
 from chorus.harness import svtb
 from chorus.harness.sandbox import confinement_support
+from conftest import run_bounded
 from chorus.prompts import answer_format, build_prompt, clock_inputs, extract_answer, format_completion
 from chorus.tasks import TaskFormatError, load_task, load_tasks
 
@@ -305,26 +306,6 @@ def _sv_literal(text):
         else:
             out.append(char)
     return '"' + "".join(out) + '"'
-
-
-def run_bounded(fn, timeout_s):
-    """fn() in a thread; fails the test instead of hanging it when fn does not return."""
-    import threading
-
-    box = {}
-    thread = threading.Thread(target=lambda: box.setdefault("value", fn()), daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    assert not thread.is_alive(), "the scorer hung"
-    return box["value"]
-
-
-@pytest.fixture
-def secret(tmp_path):
-    path = tmp_path / "shadow"
-    path.write_text("root:SECRET-HASH:19000::::::\n")
-    path.chmod(0o600)
-    return path
 
 
 def test_coverage_forged_in_the_testbench_home_does_not_count(gf_task, monkeypatch):

@@ -8,7 +8,6 @@ scores 0: any score above 0 would be forged.
 
 import os
 import stat
-import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from chorus.harness import SandboxLimits, score, score_many
 from chorus.harness.outputs import OversizedOutput, read_bounded, read_tail
 from chorus.harness.sandbox import confinement_support
+from conftest import run_bounded
 
 AS_ROOT = os.geteuid() == 0
 GUARD = pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
@@ -229,24 +229,6 @@ REPLACEMENTS = {
 
 def replacing_attack(kind: str, secret: Path) -> str:
     return f"    SECRET = {str(secret)!r}\n" + REPLACE_OUTPUTS.format(make=REPLACEMENTS[kind])
-
-
-def run_bounded(fn, timeout_s: float):
-    """fn() in a thread; fails the test instead of hanging it when fn does not return."""
-    box = {}
-    thread = threading.Thread(target=lambda: box.setdefault("value", fn()), daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    assert not thread.is_alive(), "the scorer hung"
-    return box["value"]
-
-
-@pytest.fixture
-def secret(tmp_path):
-    path = tmp_path / "shadow"
-    path.write_text("root:SECRET-HASH:19000::::::\n")
-    path.chmod(0o600)
-    return path
 
 
 @pytest.mark.parametrize("kind", list(REPLACEMENTS))

@@ -38,15 +38,20 @@ def read_coverage_points(path: str | Path) -> dict[tuple, int]:
     return parse_coverage_points(Path(path).read_text(errors="replace"))
 
 
-def parse_coverage_points(text: str) -> dict[tuple, int]:
-    """read_coverage_points of a coverage.dat's content (already read, bounded)."""
+def parse_coverage_points(text: str, keep_hierarchy=None) -> dict[tuple, int]:
+    """read_coverage_points of a coverage.dat's content (already read, bounded).
+    `keep_hierarchy(path)`: count only points whose instance path (split on '.') it
+    accepts (e.g. one instance's subtree); None counts every instance."""
     points: dict[tuple, int] = {}
     for line in text.splitlines():
         match = _LINE.match(line)
         if not match:
             continue
         fields = parse_fields(match.group("fields"))
-        fields.pop("h", None)  # instance hierarchy: merge a point's instances
+        # instance hierarchy: merge a point's instances
+        hierarchy = fields.pop("h", "")
+        if keep_hierarchy is not None and not keep_hierarchy(hierarchy.split(".")):
+            continue
         key = tuple(sorted(fields.items()))
         points[key] = points.get(key, 0) + int(match.group("count"))
     return points

@@ -43,7 +43,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from chorus.harness.build import _atomic_write, _locked, _make_world_readable, default_cache_dir
-from chorus.harness.coverage import _LINE, parse_fields, point_id, point_metric
+from chorus.harness.coverage import parse_coverage_points, point_id, point_metric
 from chorus.harness.outputs import COVERAGE_NAME
 from chorus.harness.sandbox import SandboxLimits, _read_output, confined_workdir, run_confined
 from chorus.harness.toolchain import setup_verilator_env, verilator_root, verilator_version
@@ -282,18 +282,9 @@ def _copy_design(task: Task, folder: Path) -> list[str]:
 def _instance_points(text: str, instance: str, top: str | None = None) -> dict[tuple, int]:
     """Point identity (fields without the hierarchy) -> count, for the points under
     `<top>.<instance>` (any top when `top` is None)."""
-    points: dict[tuple, int] = {}
-    for line in text.splitlines():
-        match = _LINE.match(line)
-        if not match:
-            continue
-        fields = parse_fields(match.group("fields"))
-        path = fields.pop("h", "").split(".")
-        if path[1:2] != [instance] or (top is not None and path[0] != top):
-            continue
-        key = tuple(sorted(fields.items()))
-        points[key] = points.get(key, 0) + int(match.group("count"))
-    return points
+    return parse_coverage_points(
+        text, keep_hierarchy=lambda path: path[1:2] == [instance] and (top is None or path[0] == top)
+    )
 
 
 def instance_universe(path: Path, instance: str) -> dict[str, list[str]]:
