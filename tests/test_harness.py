@@ -418,6 +418,11 @@ def test_a_user_target_without_cover_points_is_rejected(task, cache, tmp_path):
     assert result.status == "build_error" and result.score == 0
     assert "targets user coverage, but its design declares no such coverage point" in result.detail
     assert "cover property" in result.detail
+    # a target of 0 is always met, points or not: scored as usual (the synthetic corpus
+    # verifies new designs with provisional all-zero targets)
+    folder = _task_variant(tmp_path / "zero", coverage_target={"line": 1.0, "user": 0.0})
+    result = score(load_task(folder), task.reference_stimulus.read_text(), cache_dir=cache)
+    assert result.status == "ok" and result.passed
 
 
 def test_coverage_exclude_drops_points_from_denominators_and_hits(task, cache, tmp_path):
