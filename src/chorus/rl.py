@@ -16,6 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from chorus.generate import SAMPLERS
 from chorus.harness import SandboxLimits, prebuild, score_many
 from chorus.harness.timeouts import TimeoutPolicy
 from chorus.prompts import build_prompt, extract_stimulus
@@ -128,7 +129,7 @@ def reward_log(log_history: list[dict]) -> list[dict]:
     return rows
 
 
-ROLLOUT_BACKENDS = ("auto", "generate", "continuous", "static", "vllm")
+ROLLOUT_BACKENDS = SAMPLERS  # rollouts come from the same samplers as evaluation
 
 
 def resolve_rollout_backend(backend: str = "auto", on_gpu: bool = False, deepspeed: bool = False) -> str:
