@@ -3,17 +3,18 @@ mismatch, end the job with one message (in the log and on the workflow's stderr)
 
 import sys
 
-from chorus.harness import SandboxLimits
 from chorus.harness.preflight import PreflightError, run_preflight
+from chorus.harness.timeouts import sandbox_settings
 from chorus.io import atomic_write_json, script_logging
 from chorus.tasks import load_manifest
 
 with script_logging(snakemake):
-    sim = snakemake.params.simulation
+    limits, timeouts = sandbox_settings(snakemake.params.simulation)
     try:
         summary = run_preflight(
             load_manifest(snakemake.input.manifest),
-            limits=SandboxLimits(timeout_s=sim["timeout_s"], mem_mb=sim["mem_mb"]),
+            limits=limits,
+            timeouts=timeouts,
             workers=snakemake.threads,
         )
     except PreflightError as err:

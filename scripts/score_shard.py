@@ -4,24 +4,22 @@ Results are appended per sample to a sidecar file, so a killed or preempted job 
 without re-simulating finished samples; the declared output appears only when complete.
 """
 
-from chorus.harness import SandboxLimits, score_generations
-from chorus.harness.timeouts import TimeoutPolicy
+from chorus.harness import score_generations
+from chorus.harness.timeouts import sandbox_settings
 from chorus.io import read_jsonl, script_logging
 from chorus.tasks import load_manifest, tasks_by_id
 
 with script_logging(snakemake):
     shard, num_shards = snakemake.params.shard, snakemake.params.num_shards
     rows = read_jsonl(snakemake.input.generations)[shard::num_shards]
-    limits = snakemake.params.limits
+    limits, timeouts = sandbox_settings(snakemake.params.limits)
     results = score_generations(
         rows,
         tasks_by_id(load_manifest(snakemake.input.manifest)),
         snakemake.output.scores,
         workers=snakemake.threads,
-        limits=SandboxLimits(
-            timeout_s=limits["timeout_s"], mem_mb=limits["mem_mb"], build_timeout_s=limits["build_timeout_s"]
-        ),
-        timeouts=TimeoutPolicy.from_config(limits),
+        limits=limits,
+        timeouts=timeouts,
     )
     passed = sum(r["passed"] for r in results)
     print(f"shard {shard}/{num_shards}: {len(results)} samples scored, {passed} passing")

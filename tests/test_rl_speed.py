@@ -195,6 +195,18 @@ def test_no_per_task_limit_without_a_passing_reference(tmp_path):
     assert TimeoutPolicy.from_config({"timeout_factor": 4, "timeout_floor_s": 1}) == TimeoutPolicy(4.0, 1.0)
 
 
+def test_a_reference_cut_off_by_a_lower_ceiling_is_measured_again(tmp_path):
+    task = _fixture_copy(tmp_path)
+    build = ensure_build(task)
+    # a run with a ceiling too short for the reference caches a failure...
+    low = reference_timing(task, build, SandboxLimits(timeout_s=0.05))
+    assert not low["passed"] and low["limit_s"] == 0.05
+    # ...which a higher ceiling does not trust: it measures again, and the pass is cached
+    high = reference_timing(task, build, SandboxLimits(timeout_s=60))
+    assert high["passed"] and high["limit_s"] == 60
+    assert reference_timing(task, build, SandboxLimits(timeout_s=0.05)) == high  # a pass holds for any ceiling
+
+
 # --- SFT kernels --------------------------------------------------------------------------
 
 

@@ -20,12 +20,13 @@ def score_shard(generations: str, task_root: str, out_dir: str, shard: int, shar
                 limits: dict, cache_dir: str | None, workers: int | None) -> str:
     """One array task: score its slice of the rows; returns its shard file."""
     from chorus.harness import SandboxLimits, score_generations
-    from chorus.io import read_jsonl
+    from chorus.harness.score import read_generations
     from chorus.tasks import load_tasks, tasks_by_id
 
-    rows = read_jsonl(generations)[shard::shards]
+    tasks = tasks_by_id(load_tasks(task_root))
+    rows = read_generations(generations, tasks)[0][shard::shards]  # the caller reports bad lines
     out = Path(out_dir) / f"shard{shard}.jsonl"
-    score_generations(rows, tasks_by_id(load_tasks(task_root)), out, workers=workers,
+    score_generations(rows, tasks, out, workers=workers,
                       limits=SandboxLimits(**limits), cache_dir=cache_dir)
     return str(out)
 
@@ -33,13 +34,18 @@ def score_shard(generations: str, task_root: str, out_dir: str, shard: int, shar
 def score_array(generations: str | Path, task_root: str | Path, out_jsonl: str | Path, *,
                 shards: int, cluster: str | None = None, folder: str | Path | None = None,
                 limits: dict | None = None, cache_dir: str | None = None, workers: int | None = None,
-                executor_parameters: dict | None = None) -> list[dict]:
+                executor_parameters: dict | None = None) -> tuple[list[dict], list[str]]:
     """Submit one array task per shard through submitit (`cluster`: None - SLURM when
     sbatch exists, else local; "local"; "slurm"; "debug" - in this process), wait, and
-    write the joined results to `out_jsonl` in input order. Returns the rows."""
+    write the joined results to `out_jsonl` in input order. Returns the rows and one
+    message per input line that could not be scored (chorus.harness.score.read_generations)."""
     import submitit
 
+    from chorus.harness.score import _sample_key, read_generations
     from chorus.io import read_jsonl, write_jsonl
+    from chorus.tasks import load_tasks, tasks_by_id
+
+    rows, problems = read_generations(generations, tasks_by_id(load_tasks(task_root)))
 
     out_jsonl = Path(out_jsonl)
     shard_dir = out_jsonl.with_name(out_jsonl.name + ".shards")
@@ -54,13 +60,12 @@ def score_array(generations: str | Path, task_root: str | Path, out_jsonl: str |
         [workers] * shards,
     )
     shard_files = [job.result() for job in jobs]  # raises the first failed task's error
-    results = {}
-    for path in shard_files:
-        for row in read_jsonl(path):
-            results[(row["task_id"], str(row["sample_id"]))] = row
-    ordered = [results[(r["task_id"], str(r["sample_id"]))] for r in read_jsonl(generations)]
+    # a result belongs to its content (task, sample id, completion hash): duplicate ids with
+    # other code never share a verdict
+    results = {_sample_key(row): row for path in shard_files for row in read_jsonl(path)}
+    ordered = [results[_sample_key(r)] for r in rows]
     write_jsonl(out_jsonl, ordered)
-    return ordered
+    return ordered, problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,12 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         parameters["slurm_account"] = args.account
     if args.parallel:
         parameters["slurm_array_parallelism"] = args.parallel
-    rows = score_array(args.generations, args.tasks, args.out, shards=args.shards, cluster=args.cluster,
+    rows, problems = score_array(args.generations, args.tasks, args.out, shards=args.shards, cluster=args.cluster,
                        limits={"timeout_s": args.timeout, "mem_mb": args.mem_mb}, cache_dir=args.cache_dir,
                        workers=args.cpus, executor_parameters=parameters)
+    for problem in problems:
+        print(f"chorus-eval-array: {args.generations} {problem}: left out", file=sys.stderr)
     passed = sum(bool(r["passed"]) for r in rows)
     print(f"{len(rows)} samples scored in {args.shards} array tasks, {passed} passed: {args.out}", file=sys.stderr)
-    return 0
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

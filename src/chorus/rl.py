@@ -18,7 +18,7 @@ from pathlib import Path
 
 from chorus.generate import SAMPLERS
 from chorus.harness import SandboxLimits, prebuild, score_many
-from chorus.harness.timeouts import TimeoutPolicy
+from chorus.harness.timeouts import TimeoutPolicy, sandbox_settings
 from chorus.prompts import build_prompt, extract_stimulus
 from chorus.sft import finalize, precision_flags, prepare_work_dir, report_targets, stage_callback
 from chorus.tasks import Task, load_manifest
@@ -397,6 +397,7 @@ def train_expert_job(
     if expert.get("difficulties"):
         tasks = [t for t in tasks if t.difficulty in expert["difficulties"]]
     ranks = int(os.environ.get("WORLD_SIZE", "1"))
+    sim_limits, sim_timeouts = sandbox_settings(simulation)
     return train_expert(
         model_in,
         tasks,
@@ -411,11 +412,11 @@ def train_expert_job(
         temperature=expert["temperature"],
         batch_size=expert["batch_size"],
         seed=expert["seed"],
-        save_steps=expert.get("save_steps", 50),
+        save_steps=expert["save_steps"],
         sim_workers=max(1, job_cpus // ranks),
-        sim_limits=SandboxLimits(timeout_s=simulation["timeout_s"], mem_mb=simulation["mem_mb"]),
-        sim_timeouts=TimeoutPolicy.from_config(simulation),
-        rollout_backend=expert.get("rollout_backend", "auto"),
+        sim_limits=sim_limits,
+        sim_timeouts=sim_timeouts,
+        rollout_backend=expert["rollout_backend"],
         device=device,
         deepspeed_config=deepspeed_config,
     )

@@ -67,6 +67,7 @@ def selfcheck(
     limits: SandboxLimits | None = None,
     workers: int | None = None,
     cache_dir: str | Path | None = None,
+    timeouts=None,
 ) -> list[Check]:
     """Score every task's reference and trivial stimulus (those it has) in parallel."""
     plan = [
@@ -76,7 +77,8 @@ def selfcheck(
         if path is not None
     ]
     results = score_many(
-        [(task, path.read_text()) for task, _, path, _ in plan], workers=workers, limits=limits, cache_dir=cache_dir
+        [(task, path.read_text()) for task, _, path, _ in plan], workers=workers, limits=limits, cache_dir=cache_dir,
+        timeouts=timeouts,
     )
     return [Check(task.id, name, expected, result) for (task, name, _, expected), result in zip(plan, results)]
 

@@ -127,12 +127,15 @@ def score(
 
 
 def task_points(task: Task, build_dir: Path) -> dict[str, list[str]] | None:
-    """The coverage points `task` counts: the build's manifest less the task's
-    `coverage_exclude`. Raises BuildError when a metric with a target above 0 has no
-    point left (a `user` target on a design without cover points could never pass)."""
+    """The coverage points `task` counts in the build's manifest (points_for)."""
     universe = load_points_manifest(build_dir)
-    if universe is None:
-        return None
+    return None if universe is None else points_for(task, universe)
+
+
+def points_for(task: Task, universe: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The points of `universe` (metric -> point ids of a build) that `task` counts: less
+    its `coverage_exclude`. Raises BuildError when a metric with a target above 0 has no
+    point left (a `user` target on a design without cover points could never pass)."""
     points = exclude_points(universe, task.coverage_exclude)
     # a target above 0 on a metric without points could never be met; a target of 0 is
     # always met (synthetic verification scores with provisional all-zero targets)

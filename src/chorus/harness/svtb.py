@@ -42,7 +42,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from chorus.harness.build import _atomic_write, _locked, _make_world_readable, default_cache_dir
+from chorus.harness.build import BuildError, _atomic_write, _locked, _make_world_readable, default_cache_dir
 from chorus.harness.coverage import parse_coverage_points, point_id, point_metric
 from chorus.harness.outputs import COVERAGE_NAME
 from chorus.harness.sandbox import SandboxLimits, _read_output, confined_workdir, run_confined
@@ -333,7 +333,7 @@ def score_testbench(
 ):
     """Build and simulate one SystemVerilog testbench for `task`; never raises for a bad
     candidate. Returns a harness.score.SimResult."""
-    from chorus.harness.score import SimResult, dense_score, meets_target, with_averages
+    from chorus.harness.score import SimResult, dense_score, meets_target, points_for, with_averages
 
     limits = limits or SandboxLimits()
     start = time.monotonic()
@@ -354,7 +354,10 @@ def score_testbench(
     except Exception as err:
         return result("build_error", f"build failed: {err!r}")
     try:
-        universe = json.loads((design / "points.json").read_text())
+        universe = points_for(task, json.loads((design / "points.json").read_text()))
+    except BuildError as err:  # a target no point of the instance can meet
+        return result("build_error", str(err))
+    try:
         with confined_workdir(limits) as folder:
             return _build_and_run(task, testbench_text, cache_dir, universe, folder, limits, seed,
                                   result, with_averages, meets_target)

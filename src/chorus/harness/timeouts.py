@@ -46,16 +46,33 @@ class TimeoutPolicy:
         return cls(factor=float(factor), floor_s=float(simulation.get("timeout_floor_s", cls.floor_s)))
 
 
+def sandbox_settings(simulation: dict) -> tuple[SandboxLimits, TimeoutPolicy | None]:
+    """The sandbox limits and per-task timeout policy of config `simulation`: the one
+    place the scoring jobs, the RL reward and the preflight turn it into settings, so the
+    same candidate scores the same everywhere."""
+    limits = SandboxLimits(
+        timeout_s=simulation["timeout_s"],
+        mem_mb=simulation["mem_mb"],
+        build_timeout_s=simulation.get("build_timeout_s", SandboxLimits.build_timeout_s),
+    )
+    return limits, TimeoutPolicy.from_config(simulation)
+
+
 def _timing_file(build_dir: Path, reference_text: str) -> Path:
     digest = hashlib.sha256(reference_text.encode()).hexdigest()[:16]
     return Path(build_dir) / f"reference_time_{digest}.json"
 
 
-def _read_timing(path: Path) -> dict | None:
+def _read_timing(path: Path, limits: SandboxLimits) -> dict | None:
+    """The cached timing, unless it is a failure under a lower ceiling than `limits`
+    (a reference cut off at 10 s says nothing about a 60 s limit): then measure again."""
     try:
-        return json.loads(path.read_text())
+        timing = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    if not timing.get("passed") and float(timing.get("limit_s", 0)) < limits.timeout_s:
+        return None
+    return timing
 
 
 def reference_timing(task: Task, build_dir: str | Path, limits: SandboxLimits) -> dict | None:
@@ -65,11 +82,11 @@ def reference_timing(task: Task, build_dir: str | Path, limits: SandboxLimits) -
         return None
     text = Path(task.reference_stimulus).read_text()
     path = _timing_file(Path(build_dir), text)
-    timing = _read_timing(path)
+    timing = _read_timing(path, limits)
     if timing is not None:
         return timing
     with _locked(path.with_name("." + path.name + ".lock")):
-        timing = _read_timing(path)  # measured by another scorer while we waited
+        timing = _read_timing(path, limits)  # measured by another scorer while we waited
         if timing is not None:
             return timing
         run = run_candidate(text, Path(build_dir), task.toplevel, limits, seed=0)
