@@ -69,11 +69,25 @@ def _live_descendants(pid: int) -> set[int]:
     return found
 
 
+def _command_lines(pids: set[int]) -> list[str]:
+    lines = []
+    for pid in sorted(pids):
+        try:
+            lines.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            pass
+    return lines
+
+
 @pytest.fixture(autouse=True)
 def nothing_left_behind(sandbox_dir):
+    # children this process had before the test (e.g. a compile-worker pool an earlier
+    # test module started) are not the test's candidates
+    before = _live_descendants(os.getpid())
     yield
     assert list(sandbox_dir.iterdir()) == []  # every candidate's folder removed
-    assert _live_descendants(os.getpid()) == set()  # no candidate process outlives its run
+    left = _live_descendants(os.getpid()) - before
+    assert left == set(), _command_lines(left)  # no candidate process outlives its run
 
 
 def run(task, cache, body, **limits):
