@@ -559,3 +559,17 @@ def test_no_user_namespaces_means_a_loud_warning(unprivileged, task):
     assert report["status"] == "ok"  # (the reference: scoring goes on)
     assert any("NO namespace confinement" in w for w in report["warnings"])
     assert "NO namespace confinement" in done.stderr  # logged too
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the refusal concerns a root scorer")
+def test_a_root_scorer_never_runs_a_candidate_as_root(task, cache, monkeypatch):
+    """Root without namespaces, and a sandbox uid that cannot reach the interpreter (a
+    host this suite cannot stand in for, so the two host facts are patched): the
+    candidate is refused with sandbox_error rather than run as root."""
+    from chorus.harness import sandbox
+
+    monkeypatch.setattr(sandbox, "confinement_support", lambda: {"namespaces": False})
+    monkeypatch.setattr(sandbox, "interpreter_reachable_by_others", lambda: False)
+    result = score(task, task.reference_stimulus.read_text(), cache_dir=cache)
+    assert result.status == "sandbox_error" and result.score == 0
+    assert "refusing to run a candidate as root" in result.detail

@@ -480,8 +480,9 @@ def _warn_if_unconfined() -> None:
     if not confinement_support().get("namespaces"):
         _warn_once(
             "chorus sandbox: NO namespace confinement on this host (unprivileged user "
-            "namespaces are disabled and the scorer is not root): candidates run with the "
-            "scorer's rights, limited by rlimits and the in-process guard only. Enable "
+            "namespaces are disabled, or root lacks CAP_SYS_ADMIN): candidates run with the "
+            "scorer's rights (or, for a root scorer, a sandbox uid's), limited by rlimits and the "
+            "in-process guard. Enable "
             "user namespaces (sysctl kernel.unprivileged_userns_clone=1 / "
             "user.max_user_namespaces) or score as root; see docs/harness.md."
         )
@@ -601,6 +602,14 @@ def confined_workdir(limits: SandboxLimits = SandboxLimits()):
     both held until the block ends."""
     namespaced = bool(confinement_support().get("namespaces"))
     use_root = limits.drop_privileges and os.geteuid() == 0 and (namespaced or interpreter_reachable_by_others())
+    if limits.drop_privileges and os.geteuid() == 0 and not use_root:
+        # no namespaces and no uid drop would leave the candidate root: refuse (the
+        # candidate gets sandbox_error, and the preflight stops the run with this reason)
+        raise PermissionError(
+            "refusing to run a candidate as root: this host gives no namespaces and the sandbox "
+            "uid cannot reach the Python interpreter (make it world-traversable: `make setup`, "
+            "chorus.harness.sandbox.grant_traversal)"
+        )
     _warn_if_unconfined()
     slot_context = _sandbox_slot() if use_root else contextlib.nullcontext(None)
     with slot_context as slot, _candidate_folder(_workdir_parent(use_root)) as tmp:
