@@ -128,7 +128,7 @@ def task_files():
 
 def synth_corpus():
     """The synthetic corpus listing when synth is enabled (rules/synth.smk), else none."""
-    if config.get("synth", {}).get("enabled", False):
+    if config["synth"]["enabled"]:
         return [f"{RESULTS}/synth/corpus.json"]
     return []
 

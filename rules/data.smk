@@ -22,9 +22,7 @@ rule prepare_tasks:
         **job_resources("light_job"),
     params:
         tasks=config["tasks"],
-        contamination_threshold=config.get("synth", {}).get(
-            "contamination_threshold", 0.8
-        ),
+        contamination_threshold=config["synth"]["contamination_threshold"],
         converted_dir=f"{RESULTS}/tasks/cvdp",
     script:
         "../scripts/prepare_tasks.py"

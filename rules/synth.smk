@@ -2,8 +2,8 @@
 # `synth.shards` independent jobs (on SLURM, one sbatch job each, running in parallel),
 # then gathered into one corpus listing; prepare_tasks adds the corpus to the task set.
 
-SYNTH = config.get("synth", {})
-if SYNTH.get("enabled", False):
+SYNTH = config["synth"]
+if SYNTH["enabled"]:
     from chorus.synth.corpus import split_families
 
     split_families(SYNTH)  # an unknown family name stops the run at start-up
@@ -33,11 +33,11 @@ rule synth_corpus:
     input:
         stats=expand(
             f"{RESULTS}/synth/shards/shard{{shard}}.json",
-            shard=range(SYNTH.get("shards", 1)),
+            shard=range(SYNTH["shards"]),
         ),
         tasks=expand(
             f"{RESULTS}/synth/shards/shard{{shard}}",
-            shard=range(SYNTH.get("shards", 1)),
+            shard=range(SYNTH["shards"]),
         ),
     output:
         corpus=f"{RESULTS}/synth/corpus.json",

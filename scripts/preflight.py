@@ -3,7 +3,7 @@ mismatch, end the job with one message (in the log and on the workflow's stderr)
 
 import sys
 
-from chorus.harness.preflight import PreflightError, run_preflight
+from chorus.harness.preflight import PreflightError, preflight_tasks, run_preflight
 from chorus.harness.timeouts import sandbox_settings
 from chorus.io import atomic_write_json, script_logging
 from chorus.tasks import load_manifest
@@ -12,7 +12,7 @@ with script_logging(snakemake):
     limits, timeouts = sandbox_settings(snakemake.params.simulation)
     try:
         summary = run_preflight(
-            load_manifest(snakemake.input.manifest),
+            preflight_tasks(load_manifest(snakemake.input.manifest)),
             limits=limits,
             timeouts=timeouts,
             workers=snakemake.threads,

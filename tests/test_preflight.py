@@ -78,3 +78,18 @@ def test_the_preflight_rule_passes_and_records_its_checks(tmp_path):
     report = json.loads((tmp_path / "results" / "preflight" / "selfcheck.json").read_text())
     assert report["checks"] == 2 and all(r["ok"] for r in report["results"])
     assert {(r["stimulus"], r["status"]) for r in report["results"]} == {("reference", "ok"), ("trivial", "below_target")}
+
+
+def test_the_preflight_checks_shipped_tasks_and_one_synthetic_task_per_family():
+    import dataclasses
+
+    from chorus.harness.preflight import preflight_tasks
+    from chorus.tasks import load_task
+
+    shipped = load_task(FIXTURE_TASK)
+    synthetic = [
+        dataclasses.replace(shipped, id=f"syn_{family}_{i}", source="synthetic", family=family)
+        for family in ("fifo", "alu") for i in range(3)
+    ]
+    chosen = preflight_tasks([shipped, *synthetic])
+    assert [t.id for t in chosen] == ["fx_counter", "syn_fifo_0", "syn_alu_0"]

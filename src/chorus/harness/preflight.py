@@ -108,6 +108,21 @@ def summary(checks: list[Check]) -> dict:
     }
 
 
+def preflight_tasks(tasks: list[Task]) -> list[Task]:
+    """What the workflow's preflight checks: every shipped (or converted) task, and one
+    synthetic task per family. The synthetic corpus was verified by the same harness
+    when it was made (synth/verify.py); a sample per family is enough to catch a broken
+    environment, without simulating a cluster-scale corpus again on the critical path."""
+    chosen, families = [], set()
+    for task in tasks:
+        if task.source != "synthetic":
+            chosen.append(task)
+        elif task.family not in families:
+            families.add(task.family)
+            chosen.append(task)
+    return chosen
+
+
 def run_preflight(tasks: list[Task], **kwargs) -> dict:
     """selfcheck(); raises PreflightError with one clear message on any mismatch."""
     checks = selfcheck(tasks, **kwargs)
