@@ -1,7 +1,8 @@
-"""Sample k completions per task: transformers `generate` (CPU or GPU), transformers'
-continuous batching engine (`generate_batch`: paged KV cache, CUDA graphs, requests of all
-tasks scheduled together), or vLLM. `sampler="auto"` picks vLLM on a GPU when it is
-installed, else continuous batching on a GPU, and plain `generate` on CPU.
+"""Sample k completions per task: transformers `generate` (CPU or GPU), the static-cache
+decoder replayed from a CUDA graph (`StaticDecoder`), transformers' continuous batching
+engine (`generate_batch`: paged KV cache, requests of all tasks scheduled together), or
+vLLM. `sampler="auto"` picks vLLM on a GPU when it is installed, else the static decoder
+on a GPU (the fastest measured: resolve_sampler), and plain `generate` on CPU.
 
 Rows `{task_id, sample_id, completion}` are appended to `<out>.partial` as they come,
 so a killed job resumes where it stopped (pairs already there are skipped); `out_jsonl`

@@ -97,7 +97,8 @@ def _enter_namespaces(isolate_network: bool, as_root: bool) -> str:
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
     flags |= CLONE_NEWNET if isolate_network else 0
     if as_root:
-        # root makes them directly; the candidate's own user namespace follows the uid drop
+        # root makes them directly (then drops to the sandbox uid; seccomp forbids new user
+        # namespaces to the candidate)
         return "root" if _libc.unshare(flags) == 0 else ""
     uid, gid = os.geteuid(), os.getegid()
     if _libc.unshare(flags | CLONE_NEWUSER) != 0:
