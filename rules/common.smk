@@ -103,7 +103,10 @@ def sandbox_limits():
 
 def sampling_settings():
     """Generation settings of the eval pool (pass_at, include_base: report only)."""
-    return {k: config["eval"][k] for k in ("temperature", "top_p", "max_new_tokens", "sampler")}
+    return {
+        k: config["eval"][k]
+        for k in ("temperature", "top_p", "max_new_tokens", "sampler")
+    }
 
 
 def harvest_settings():

@@ -72,6 +72,7 @@ def test_the_preflight_rule_passes_and_records_its_checks(tmp_path):
     shutil.copytree(FIXTURE_TASK, root / "fx_counter")
     config = default_config()
     config["tasks"]["root"] = str(root)
+    config["synth"]["enabled"] = False  # the subject is the rule; preflight_tasks has its own test
     path = write_config(tmp_path / "config.yaml", config)
     run_snakemake(["results/preflight/selfcheck.json", "--cores", "2", "--directory", str(tmp_path),
                    "--configfile", str(path)])
