@@ -47,22 +47,28 @@ SMOLLM2_135M = dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9
                     tie_word_embeddings=True, rope_theta=100000.0)
 TINY = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
             intermediate_size=64, vocab_size=512, max_position_embeddings=4096, tie_word_embeddings=True)
-FULL = dict(batch=64, big_batch=256, prompt_tokens=1000, new_tokens=512, grpo_steps=4, grpo_tasks=4,
-            num_generations=8, completion_len=512, sft_steps=8, reward_copies=8, eval_tasks=None)
+FULL = dict(batch=64, big_batch=256, prompt_tokens=1000, new_tokens=512, grpo_steps=4, grpo_tasks=8,
+            num_generations=8, completion_len=768, sft_steps=8, reward_copies=8, eval_tasks=None)
 SMOKE = dict(batch=4, big_batch=8, prompt_tokens=200, new_tokens=8, grpo_steps=1, grpo_tasks=2,
              num_generations=2, completion_len=8, sft_steps=2, reward_copies=1, eval_tasks=2)
 
 
 class Report:
-    """The result file, rewritten after every section so a cut-short run keeps its figures."""
+    """The result file, rewritten after every section so a cut-short run keeps its figures.
+    An existing file is updated, not replaced: `--only grpo` refreshes the GRPO figures of
+    an earlier full run and keeps the others (each section records the command that ran it)."""
 
     def __init__(self, path: Path):
         self.path = path
         self.data = {"generate_tokens_per_s": None, "rollout_tokens_per_s": None, "reward_wait_fraction": None,
                      "sft_first_step_s": None, "details": {}}
+        if path.exists():
+            self.data.update(json.loads(path.read_text()))
+        self.command = "python benchmarks/rl_loop.py " + " ".join(sys.argv[1:])
 
     def detail(self, section: str, value) -> None:
         self.data["details"][section] = value
+        self.data["details"].setdefault("commands", {})[section] = self.command
         self.save()
 
     def save(self) -> None:
@@ -251,6 +257,7 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
     from chorus.rl import train_expert
 
     runs = {}
+    section = f"grpo_batch{sizes['num_generations'] * len(tasks)}"  # runs at other batch sizes stay in the file
     for backend in backends:
         if time.perf_counter() > deadline:
             runs[backend] = {"error": "skipped: out of the section's time budget"}
@@ -269,14 +276,19 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
                              "completions_per_step": sizes["num_generations"] * len(tasks)}
         except Exception as err:
             runs[backend] = {"error": repr(err)[:1500]}
-        report.detail("grpo", runs)
-    done = {b: r for b, r in runs.items() if r.get("rollout_tokens_per_s")}
+        report.detail(section, runs)
+    report.detail(section, runs)
+    # the headline: the fastest rollouts of every GRPO run in the file (any batch size)
+    sections = {name: runs for name, runs in report.data["details"].items()
+                if name.startswith("grpo") and isinstance(runs, dict)}
+    done = [(f"{name}/{backend}", r) for name, section_runs in sections.items()
+            for backend, r in section_runs.items() if isinstance(r, dict) and r.get("rollout_tokens_per_s")]
     if done:
-        best = max(done, key=lambda b: done[b]["rollout_tokens_per_s"])
-        report.data["rollout_tokens_per_s"] = done[best]["rollout_tokens_per_s"]
-        report.data["reward_wait_fraction"] = done[best]["reward_wait_fraction"]
-        runs["best"] = best
-    report.detail("grpo", runs)
+        best, figures = max(done, key=lambda item: item[1]["rollout_tokens_per_s"])
+        report.data["rollout_tokens_per_s"] = figures["rollout_tokens_per_s"]
+        report.data["reward_wait_fraction"] = figures["reward_wait_fraction"]
+        report.data["details"]["grpo_best"] = best
+        report.save()
 
 
 def sft_job(args) -> None:
@@ -385,13 +397,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "rl_loop_h200.json")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, runs on CPU")
     parser.add_argument("--budget-s", type=float, default=480, help="stop starting work after this long")
-    parser.add_argument("--guard", action="store_true",
-                        help="keep the sandbox's import guard (the GPU image's pytest plugins import numpy -> "
-                             "ctypes, which it refuses: every candidate fails there; docs device notes)")
+    parser.add_argument("--guard", action=argparse.BooleanOptionalAction, default=True,
+                        help="the sandbox's audit-hook guard, on as in scoring (--no-guard to compare)")
     parser.add_argument("--only", nargs="*", default=["generate", "rewards", "grpo", "sft"])
     parser.add_argument("--grpo-backends", nargs="*", default=None,
                         help="rollout backends to run GRPO with (auto, generate, continuous, static, vllm); "
                              "default static and continuous (--smoke: static)")
+    parser.add_argument("--grpo-tasks", type=int, help="train tasks per GRPO step (default 8; --smoke 2)")
+    parser.add_argument("--grpo-generations", type=int, help="completions per task and step (default 8)")
+    parser.add_argument("--grpo-steps", type=int, help="GRPO steps (default 4)")
     # internal: one SFT job in a fresh process
     parser.add_argument("--sft-job", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
@@ -413,7 +427,10 @@ def main() -> None:
     start = time.perf_counter()
     deadline = start + args.budget_s
     device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
-    sizes = SMOKE if args.smoke else FULL
+    sizes = dict(SMOKE if args.smoke else FULL)
+    for key, value in (("grpo_tasks", args.grpo_tasks), ("num_generations", args.grpo_generations),
+                       ("grpo_steps", args.grpo_steps)):
+        sizes[key] = value if value is not None else sizes[key]
     report = Report(args.out)
     root = Path(tempfile.mkdtemp(prefix="chorus-rl-loop-"))
     tasks = load_tasks(splits="train")

@@ -8,7 +8,9 @@ corpus, test Pass@1 (issue 14), built from the project's library functions only:
   eval    chorus.generate.sample_completions (k per test task, base and SFT model) ->
           chorus.harness.score.score_generations (sandbox, guard on) -> chorus.metrics
 
-Every phase skips when its output exists under --work, and the steps inside a phase
+`--tasks results/<run>/tasks/manifest.json` takes the corpus the workflow built instead
+(rules/synth.smk + prepare_tasks, contamination-checked): the corpus phase then only
+records its statistics. Every phase skips when its output exists under --work, and the steps inside a phase
 resume (generation and scoring from their `.partial` sidecars), so the run may be split
 over several commands. --out is rewritten after every phase with what exists so far.
 
@@ -24,12 +26,10 @@ it stops between chunks near --time-budget: run it again until corpus.json exist
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import logging
 import os
 import platform
-import random
 import sys
 import time
 from collections import Counter
@@ -39,11 +39,12 @@ from chorus.data import build_stage_dataset
 from chorus.generate import sample_completions
 from chorus.harness.sandbox import SandboxLimits
 from chorus.harness.score import score_generations
+from chorus.harness.timeouts import TimeoutPolicy
 from chorus.io import atomic_write_json, read_jsonl
-from chorus.metrics import pass_at_k
+from chorus.metrics import bootstrap_interval, pass_at_k
 from chorus.synth.corpus import shard_jobs
 from chorus.synth.verify import generate_and_verify
-from chorus.tasks import load_task, load_tasks
+from chorus.tasks import load_manifest, load_task, load_tasks
 
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("corpus", "sft", "eval")
@@ -58,6 +59,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--model", default="/root/smollm2-135m", help="base model folder (HF format)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on CPU with a tiny local model")
     # corpus
+    parser.add_argument("--tasks", type=Path, default=None,
+                        help="the workflow's task manifest (results/<run>/tasks/manifest.json): use its synthetic "
+                             "tasks instead of generating a corpus here")
     parser.add_argument("--train-designs", type=int, default=160)
     parser.add_argument("--test-designs", type=int, default=48)
     parser.add_argument("--variants", type=int, default=4, help="reference stimuli per design")
@@ -101,13 +105,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def call_with_supported(fn, *args, **kwargs):
-    """Call a library function with the keyword arguments its signature has: the script
-    then runs on branches whose library lacks a newer option (e.g. `sampler`)."""
-    accepted = inspect.signature(fn).parameters
-    return fn(*args, **{k: v for k, v in kwargs.items() if k in accepted})
-
-
 def timed(record: dict, name: str, fn):
     start = time.perf_counter()
     value = fn()
@@ -121,9 +118,24 @@ def corpus_dir(work: Path) -> Path:
     return work / "corpus"
 
 
+def workflow_corpus(args) -> dict:
+    """The statistics of the corpus the workflow built (--tasks): its synth/corpus.json and
+    the contamination check of prepare_tasks, both beside the manifest."""
+    run = args.tasks.parent.parent
+    listing = json.loads((run / "synth" / "corpus.json").read_text())
+    contamination = json.loads((args.tasks.parent / "contamination.json").read_text())
+    summary = {k: v for k, v in listing.items() if k != "tasks"}
+    summary.update(source=str(args.tasks), complete=True,
+                   contamination={k: contamination.get(k) for k in ("max_similarity", "threshold", "passed")})
+    atomic_write_json(args.work / "corpus.json", summary)
+    return summary
+
+
 def phase_corpus(args) -> dict:
     """Generate and verify the corpus chunk by chunk; `chunks/<i>.json` marks chunk i done.
     Returns the summed statistics (complete: every chunk done)."""
+    if args.tasks:
+        return workflow_corpus(args)
     out, chunk_dir = corpus_dir(args.work), args.work / "corpus_chunks"
     chunk_dir.mkdir(parents=True, exist_ok=True)
     cfg = {"seed": args.seed, "families": "all", "train_designs": args.train_designs,
@@ -165,6 +177,8 @@ def phase_corpus(args) -> dict:
 
 def corpus_tasks(args):
     """The verified tasks of the corpus (not the `.staging` folder a cut chunk leaves)."""
+    if args.tasks:
+        return [t for t in load_manifest(args.tasks) if t.source == "synthetic"]
     out = corpus_dir(args.work)
     folders = sorted(d for d in out.iterdir() if d.is_dir() and not d.name.startswith(".")) if out.is_dir() else []
     return [load_task(d) for d in folders]
@@ -209,8 +223,8 @@ def phase_sft(args) -> dict:
     # every verified reference and variant of every train task (synthetic + shipped)
     rows = build_stage_dataset(train, {"reference": ["easy", "medium", "hard"], "variants": True}, data)
     timings: dict = {}
-    metrics = timed(timings, "train_s", lambda: call_with_supported(
-        train_stage, base_model(args), data, model_out, epochs=args.epochs, lr=args.lr,
+    metrics = timed(timings, "train_s", lambda: train_stage(
+        base_model(args), data, model_out, epochs=args.epochs, lr=args.lr,
         batch_size=args.batch_size, max_length=args.max_length, seed=args.seed,
         device="cpu" if args.smoke else None, attn=args.attn, liger=False, packing=False,
         warmup=0.03, save_steps=args.save_steps))
@@ -229,20 +243,6 @@ def phase_sft(args) -> dict:
 
 # ---------------------------------------------------------------- eval
 
-def bootstrap(values: list[float], resamples: int, seed: int = 0) -> list[float]:
-    """95% percentile bootstrap interval of the mean over tasks (metrics.bootstrap_interval
-    where the library has it)."""
-    import chorus.metrics as metrics
-
-    if hasattr(metrics, "bootstrap_interval"):
-        return list(metrics.bootstrap_interval(values, resamples=resamples, seed=seed))
-    if not values:
-        return [float("nan"), float("nan")]
-    rng = random.Random(seed)
-    means = sorted(sum(rng.choice(values) for _ in values) / len(values) for _ in range(resamples))
-    return [means[int(0.025 * (resamples - 1))], means[int(0.975 * (resamples - 1))]]
-
-
 def summarize_scores(scored: list[dict], tasks, k: int, resamples: int) -> dict:
     by_task: dict[str, list[dict]] = {t.id: [] for t in tasks}
     for row in scored:
@@ -259,21 +259,12 @@ def summarize_scores(scored: list[dict], tasks, k: int, resamples: int) -> dict:
         "tasks": len(per_task),
         "samples": len(scored),
         "pass@1": sum(values) / len(values) if values else 0.0,
-        "pass@1_ci95": bootstrap(values, resamples),
+        "pass@1_ci95": list(bootstrap_interval(values, resamples=resamples)),
         "pass@1_by_source": {s: (sum(v) / len(v) if v else None) for s, v in split.items()},
         "mean_coverage": sum(r["score"] for r in scored) / len(scored) if scored else 0.0,
         "statuses": dict(Counter(r["status"] for r in scored)),
         "per_task": per_task,
     }
-
-
-def timeout_policy(factor: float):
-    """Per-task simulation limits (hanging samples end sooner), where the library has them."""
-    try:
-        from chorus.harness.timeouts import TimeoutPolicy
-    except ImportError:
-        return None
-    return TimeoutPolicy(factor=factor) if factor else None
 
 
 def phase_eval(args) -> dict:
@@ -284,8 +275,8 @@ def phase_eval(args) -> dict:
         raise SystemExit("eval: the sft phase is not complete yet (run --phases sft first)")
     tasks = synthetic_tasks(args, "test") + shipped_test_tasks(args)
     by_id = {t.id: t for t in tasks}
-    limits = call_with_supported(SandboxLimits, timeout_s=args.sim_timeout, guard=args.guard)
-    timeouts = timeout_policy(args.timeout_factor)
+    limits = SandboxLimits(timeout_s=args.sim_timeout, guard=args.guard)
+    timeouts = TimeoutPolicy(factor=args.timeout_factor) if args.timeout_factor else None
     report = {"test_tasks": len(tasks), "synthetic_test_tasks": sum(t.id.startswith("syn_") for t in tasks),
               "k": args.k, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
               "sampler": args.sampler, "guard": args.guard, "sim_timeout_s": args.sim_timeout,
@@ -293,13 +284,13 @@ def phase_eval(args) -> dict:
     for name, model in (("base", base_model(args)), ("sft", args.work / "sft_model")):
         timings: dict = {}
         generations = args.work / f"gen_{name}.jsonl"
-        gen_stats = timed(timings, "generate_s", lambda: call_with_supported(
-            sample_completions, model, tasks, args.k, generations, temperature=args.temperature,
+        gen_stats = timed(timings, "generate_s", lambda: sample_completions(
+            model, tasks, args.k, generations, temperature=args.temperature,
             max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch_size, seed=args.seed,
             device="cpu" if args.smoke else None, sampler=args.sampler))
         rows = read_jsonl(generations)
-        scored = timed(timings, "score_s", lambda: call_with_supported(
-            score_generations, rows, by_id, args.work / f"scores_{name}.jsonl", workers=args.workers,
+        scored = timed(timings, "score_s", lambda: score_generations(
+            rows, by_id, args.work / f"scores_{name}.jsonl", workers=args.workers,
             limits=limits, cache_dir=args.cache_dir, timeouts=timeouts))
         missing = {(r["task_id"], r["sample_id"]) for r in rows} - {(s["task_id"], s["sample_id"]) for s in scored}
         report["models"][name] = {

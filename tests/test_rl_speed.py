@@ -248,6 +248,8 @@ def test_rl_loop_benchmark_smoke(tmp_path):
     result = json.loads(out.read_text())
     for key in ("generate_tokens_per_s", "rollout_tokens_per_s", "reward_wait_fraction", "sft_first_step_s"):
         assert isinstance(result[key], (int, float)) and result[key] > 0, (key, result[key])
-    assert {"generate", "grpo", "sft"} <= result["details"].keys()
+    assert {"generate", "grpo_batch4", "sft"} <= result["details"].keys()  # smoke: 2 tasks x 2 completions
+    assert result["details"]["grpo_best"] == "grpo_batch4/static"
+    assert result["rollout_tokens_per_s"] == result["details"]["grpo_batch4"]["static"]["rollout_tokens_per_s"]
     assert result["details"]["generate"]["continuous"]["tokens_per_s"] > 0
     assert result["details"]["generate"]["generate"]["tokens_per_s"] > 0

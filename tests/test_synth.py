@@ -3,11 +3,13 @@ Verilator (one design each, shared build cache), held-out splits, the contaminat
 check, the stage mixes, and the synth rules in the workflow's job graph."""
 
 import filecmp
+import json
 import random
 import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -16,7 +18,15 @@ from chorus.data import build_stage_dataset
 from chorus.harness import score_many
 from chorus.synth import all_families
 from chorus.synth.contamination import check, normalise_rtl
-from chorus.synth.corpus import corpus_jobs, design_rng, make_design, split_families, task_id, write_task
+from chorus.synth.corpus import (
+    corpus_jobs,
+    design_rng,
+    gather_corpus,
+    make_design,
+    split_families,
+    task_id,
+    write_task,
+)
 from chorus.synth.verify import generate_and_verify, target_from
 from chorus.tasks import DEFAULT_TASK_ROOT, TaskFormatError, load_task, load_tasks
 from conftest import REPO, default_config, run_snakemake, write_config
@@ -207,6 +217,27 @@ def test_stage_mixes_select_by_family_source_and_variants(tmp_path, verified):
     assert [r["task_id"] for r in one] == [tasks["fsm"].id]
     shipped_only = build_stage_dataset(train, {"format": True, "sources": ["shipped"]}, tmp_path / "s.jsonl")
     assert {r["task_id"] for r in shipped_only} == {t.id for t in shipped}
+
+
+def test_corpus_listing_moves_with_the_run_folder(tmp_path, monkeypatch, verified):
+    """A corpus built on one machine serves a run on another (a cluster node, the GPU
+    machine): the listing names task folders relative to the workflow root, as given."""
+    stats, tasks = verified
+    built = tmp_path / "built"
+    shard = built / "results" / "synth" / "shards" / "shard0"
+    for task in tasks.values():
+        shutil.copytree(task.root, shard / task.id)
+    (built / "results" / "synth" / "shards" / "shard0.json").write_text(json.dumps(stats))
+    monkeypatch.chdir(built)
+    listing = gather_corpus(["results/synth/shards/shard0.json"], ["results/synth/shards/shard0"],
+                            "results/synth/corpus.json")
+    assert sorted(e["id"] for e in listing["tasks"]) == sorted(t.id for t in tasks.values())
+    assert all(not Path(e["dir"]).is_absolute() for e in listing["tasks"])
+    moved = tmp_path / "elsewhere"
+    shutil.move(str(built), moved)
+    monkeypatch.chdir(moved)
+    entries = json.loads(Path("results/synth/corpus.json").read_text())["tasks"]
+    assert sorted(load_task(e["dir"]).id for e in entries) == sorted(t.id for t in tasks.values())
 
 
 def test_synth_rules_scatter_in_the_dag(tmp_path):

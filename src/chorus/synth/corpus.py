@@ -122,7 +122,9 @@ def shard_jobs(cfg: dict, shard: int, shards: int) -> list[tuple[str, int, str]]
 
 def gather_corpus(stats_files: list, shard_dirs: list, out_json: str | Path) -> dict:
     """One listing of every verified task of the shards ({id, split, family, dir}) with
-    the summed statistics; written atomically to `out_json`."""
+    the summed statistics; written atomically to `out_json`. Folders are listed as given
+    (the workflow gives them relative to its root, as the shipped tasks are), so a corpus
+    built on one machine serves a run on another."""
     import json
     from collections import Counter
 
@@ -145,7 +147,7 @@ def gather_corpus(stats_files: list, shard_dirs: list, out_json: str | Path) -> 
             if sub.is_dir() and not sub.name.startswith("."):
                 task = load_task(sub)
                 tasks.append({"id": task.id, "split": task.split, "family": task.family,
-                              "examples": len(task.references()), "dir": str(sub.resolve())})
+                              "examples": len(task.references()), "dir": str(sub)})
     splits = Counter(t["split"] for t in tasks)
     summary = {
         **dict(totals),
