@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 def test_tables_cover_every_model_and_test_task(local_run):
     plan = Plan(default_config())
     results = local_run / "results"
-    test_tasks = load_manifest(results / "tasks" / "manifest.json", splits=["test"])
+    test_tasks = load_manifest(results / "tasks" / "manifest.json", splits=["test"], root=local_run)
     per_task = pd.read_csv(results / "tables" / "per_task_pass1.csv", index_col="task_id")
     model_ids = [m.id for m in plan.models()]
     assert sorted(per_task.index) == sorted(t.id for t in test_tasks)

@@ -300,10 +300,16 @@ def write_manifest(tasks: list[Task], path: str | Path, source: str) -> None:
     )
 
 
-def load_manifest(path: str | Path, splits: str | list[str] | None = None) -> list[Task]:
+def load_manifest(
+    path: str | Path, splits: str | list[str] | None = None, root: str | Path = "."
+) -> list[Task]:
+    """The tasks a manifest lists. Relative task folders (the synthetic corpus's) are
+    relative to the workflow folder `root`, which is the current directory in a job."""
     import json
 
     if isinstance(splits, str):
         splits = [splits]
     entries = json.loads(Path(path).read_text())["tasks"]
-    return [load_task(e["dir"]) for e in entries if splits is None or e["split"] in splits]
+    return [
+        load_task(Path(root) / e["dir"]) for e in entries if splits is None or e["split"] in splits
+    ]
