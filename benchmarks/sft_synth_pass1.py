@@ -41,7 +41,7 @@ from chorus.harness.sandbox import SandboxLimits
 from chorus.harness.score import score_generations
 from chorus.harness.timeouts import TimeoutPolicy
 from chorus.io import atomic_write_json, read_jsonl
-from chorus.metrics import bootstrap_interval, pass_at_k
+from chorus.metrics import bootstrap_interval, paired_bootstrap_interval, pass_at_k
 from chorus.synth.corpus import shard_jobs
 from chorus.synth.verify import generate_and_verify
 from chorus.tasks import load_manifest, load_task, load_tasks
@@ -82,6 +82,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--attn", default="sdpa", help="sdpa: no torch.compile wait (flex_attention costs minutes)")
     # eval
     parser.add_argument("--k", type=int, default=8, help="samples per test task")
+    parser.add_argument("--eval-models", nargs="+", choices=MODELS, default=list(MODELS),
+                        help="models the eval phase evaluates in this call (each is kept once done)")
     parser.add_argument("--max-new-tokens", type=int, default=1536,
                         help="the longest synthetic references are ~2,700 tokens, the mean ~550")
     parser.add_argument("--temperature", type=float, default=0.8)
@@ -268,10 +270,9 @@ def summarize_scores(scored: list[dict], tasks, k: int, resamples: int) -> dict:
 
 
 def phase_eval(args) -> dict:
-    eval_path = args.work / "eval.json"
-    if eval_path.exists():
-        return json.loads(eval_path.read_text())
-    if not (args.work / "sft_model").is_dir():
+    """Evaluate each model of --eval-models; `eval_<model>.json` marks one done, so the
+    models can be evaluated in separate calls (and a cut call resumes per sample)."""
+    if "sft" in args.eval_models and not (args.work / "sft_model").is_dir():
         raise SystemExit("eval: the sft phase is not complete yet (run --phases sft first)")
     tasks = synthetic_tasks(args, "test") + shipped_test_tasks(args)
     by_id = {t.id: t for t in tasks}
@@ -282,6 +283,12 @@ def phase_eval(args) -> dict:
               "sampler": args.sampler, "guard": args.guard, "sim_timeout_s": args.sim_timeout,
               "timeout_policy": repr(timeouts), "models": {}}
     for name, model in (("base", base_model(args)), ("sft", args.work / "sft_model")):
+        done = args.work / f"eval_{name}.json"
+        if done.exists():
+            report["models"][name] = json.loads(done.read_text())
+            continue
+        if name not in args.eval_models:
+            continue
         timings: dict = {}
         generations = args.work / f"gen_{name}.jsonl"
         gen_stats = timed(timings, "generate_s", lambda: sample_completions(
@@ -301,10 +308,22 @@ def phase_eval(args) -> dict:
             "new_tokens": gen_stats.get("new_tokens"),
             **timings,
         }
+        atomic_write_json(done, report["models"][name])
         print(json.dumps({"eval": name, **{k: report["models"][name][k] for k in
                                            ("pass@1", "pass@1_ci95", "mean_coverage", "statuses")}}), flush=True)
-    atomic_write_json(eval_path, report)
+    if {"base", "sft"} <= report["models"].keys():
+        report["sft_minus_base"] = paired_difference(report["models"]["sft"], report["models"]["base"], args.bootstrap)
+    atomic_write_json(args.work / "eval.json", report)
     return report
+
+
+def paired_difference(model: dict, baseline: dict, resamples: int) -> dict:
+    """Pass@1 of `model` minus `baseline` with the paired 95% bootstrap interval over tasks."""
+    tasks = sorted(model["per_task"].keys() & baseline["per_task"].keys())
+    ours = [model["per_task"][t]["pass@1"] for t in tasks]
+    theirs = [baseline["per_task"][t]["pass@1"] for t in tasks]
+    return {"tasks": len(tasks), "difference": (sum(ours) - sum(theirs)) / len(tasks) if tasks else 0.0,
+            "ci95": list(paired_bootstrap_interval(ours, theirs, resamples=resamples))}
 
 
 # ---------------------------------------------------------------- report

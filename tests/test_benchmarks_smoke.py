@@ -6,6 +6,8 @@ import importlib
 import json
 import sys
 
+import pytest
+
 from conftest import REPO
 
 
@@ -19,7 +21,11 @@ sft_synth = _import_benchmark("sft_synth_pass1")
 
 def test_sft_synth_smoke_runs_every_phase_and_scores_every_sample(tmp_path):
     work, out = tmp_path / "work", tmp_path / "report.json"
+    # the models can be evaluated in separate calls (one GPU lease per model)
+    first = sft_synth.main(["--smoke", "--work", str(work), "--out", str(out), "--eval-models", "sft"])
+    assert set(first["eval"]["models"]) == {"sft"} and "sft_minus_base" not in first["eval"]
     report = sft_synth.main(["--smoke", "--work", str(work), "--out", str(out)])
+    assert report["eval"]["models"]["sft"] == first["eval"]["models"]["sft"]
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert {"config", "corpus", "sft", "eval", "phase_seconds", "versions", "pass@1"} <= set(report)
     assert set(report["phase_seconds"]) == {"corpus", "sft", "eval"}
@@ -42,6 +48,10 @@ def test_sft_synth_smoke_runs_every_phase_and_scores_every_sample(tmp_path):
         assert 0.0 <= low <= model["pass@1"] <= high <= 1.0
         assert set(model["per_task"]) == {s["task_id"] for s in scores}
     assert report["pass@1"] == {m: evaluation["models"][m]["pass@1"] for m in ("base", "sft")}
+    gain = evaluation["sft_minus_base"]
+    assert gain["tasks"] == evaluation["test_tasks"]
+    assert gain["difference"] == pytest.approx(evaluation["models"]["sft"]["pass@1"] - evaluation["models"]["base"]["pass@1"])
+    assert gain["ci95"][0] <= gain["difference"] <= gain["ci95"][1]
     # a second call finds every phase done: nothing reruns, the timings of the first run stay
     again = sft_synth.main(["--smoke", "--work", str(work), "--out", str(out)])
     assert again["eval"] == report["eval"] and again["phase_seconds"] == report["phase_seconds"]
