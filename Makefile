@@ -1,13 +1,21 @@
 # chorus-flow: set-up, the embedded default run, and the tests.
 #   make run   install into .venv and run the whole pipeline on the embedded default
 #   make test  install into .venv, start the local Slurm cluster (as root), run the tests
+#   make experiment [EXPERIMENT=smollm2_h200]          the CHORUS reproduction on this machine's GPU
+#   make experiment-slurm [EXPERIMENT=smollm2_h200]    the same through profiles/slurm
+#   make experiment-publish [EXPERIMENT=smollm2_h200]  its tables, plots, report, wall times
+#                                                      and versions into docs/results/<name>/
 PYTHON ?= python3
 VENV ?= .venv
 CORES ?= 2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test clean
+EXPERIMENT ?= smollm2_h200
+EXPERIMENT_CONFIG := --configfile config/gpu.yaml config/experiments/$(EXPERIMENT).yaml
+PUBLISHED := docs/results/$(EXPERIMENT)
+
+.PHONY: setup run test clean experiment experiment-slurm experiment-publish
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,3 +51,17 @@ test: setup
 
 clean:
 	rm -rf results .snakemake .cache
+
+# Targets come before --configfile, which takes every word after it.
+experiment: setup
+	$(BIN)/snakemake --cores all --rerun-incomplete $(EXPERIMENT_CONFIG)
+
+experiment-slurm: setup
+	$(BIN)/snakemake --profile profiles/slurm --rerun-incomplete $(EXPERIMENT_CONFIG)
+
+experiment-publish:
+	mkdir -p $(PUBLISHED)
+	cp -r results/$(EXPERIMENT)/tables results/$(EXPERIMENT)/plots results/$(EXPERIMENT)/benchmarks $(PUBLISHED)/
+	cp config/experiments/$(EXPERIMENT).yaml $(PUBLISHED)/config.yaml
+	$(BIN)/snakemake --report $(PUBLISHED)/report.html $(EXPERIMENT_CONFIG)
+	$(BIN)/pip freeze --exclude-editable > $(PUBLISHED)/versions.txt

@@ -72,3 +72,29 @@ def test_dag_3_stages_4_experts_5_merges(tmp_path):
     with_seeds = job_counts(proc.stdout + proc.stderr)
     assert with_seeds["rl"] == 2 * len(experts) and with_seeds["merge"] == len(methods)
     assert with_seeds["generate"] == expected["generate"] + len(experts)
+
+
+def test_the_committed_reproduction_plans_every_stage_of_the_recipe(tmp_path):
+    """config/experiments/smollm2_h200.yaml (make experiment): the real base model, the
+    synthetic corpus, 3 SFT stages, 3 dense experts + the binary ablation, the five merge
+    methods, distillation, and every model evaluated."""
+    import yaml
+
+    from conftest import REPO
+
+    experiment = REPO / "config" / "experiments" / "smollm2_h200.yaml"
+    config = yaml.safe_load(experiment.read_text())
+    proc = run_snakemake(["-n", "--nolock", "--forceall", "--configfile", str(REPO / "config" / "gpu.yaml"),
+                          str(experiment)], cwd=tmp_path)
+    counts = job_counts(proc.stdout + proc.stderr)
+    experts = config["rl"]["experts"]
+    assert {e["reward"] for e in experts} == {"dense", "binary"} and sum(e["reward"] == "dense" for e in experts) >= 3
+    assert len({e["from_stage"] for e in experts if e["reward"] == "dense"}) >= 3  # from different SFT stages
+    methods = {m["method"] for m in config["merge"]["strategies"]}
+    assert methods == {"linear", "task_arithmetic", "ties", "dare_ties", "slerp"}
+    evaluated = 1 + len(config["sft"]["stages"]) + len(experts) + len(methods) + 1  # base .. distill
+    assert counts["sft"] == len(config["sft"]["stages"]) >= 3 and counts["rl"] == len(experts)
+    assert counts["merge"] == len(methods) and counts["consolidate_sft"] == 1
+    assert counts["generate"] == evaluated + len(experts)  # + the experts' harvest for distillation
+    assert counts["synth_shard"] == config["synth"]["shards"] and counts["build_base_model"] == 1
+    assert config["eval"]["k"] >= 8 and config["synth"]["test_designs"] + 8 >= 200
