@@ -18,7 +18,7 @@ from pathlib import Path
 from chorus.data import build_stage_dataset
 from chorus.generate import sample_completions
 from chorus.harness import score_many
-from chorus.merge import run_merge, write_mergekit_config
+from chorus.merge import mergekit_config, run_merge
 from chorus.modeling import build_model_from_shape, build_tiny_model, task_corpus
 from chorus.prompts import extract_stimulus
 from chorus.rl import train_expert
@@ -69,7 +69,7 @@ def main() -> None:
         experts.append(str(root / f"rl_{name}"))
     merges = {}
     for method, params in (("linear", {}), ("ties", {"weight": 0.5, "density": 0.5})):
-        config = write_mergekit_config(method, experts, str(model), params)
+        config = mergekit_config(method, experts, str(model), params)
         merges[method] = timed(f"merge_{method}", lambda: run_merge(config, root / f"merge_{method}", device="cuda"))
     models = {"sft_full": model, "rl_dense": experts[0], "rl_binary": experts[1],
               **{f"merge_{m}": p for m, p in merges.items()}}

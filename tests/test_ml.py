@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
 from chorus.data import build_stage, build_stage_dataset, verified_rows  # noqa: E402
 from chorus.generate import sample_completions  # noqa: E402
 from chorus.io import read_jsonl, write_jsonl  # noqa: E402
-from chorus.merge import run_merge, write_mergekit_config  # noqa: E402
+from chorus.merge import mergekit_config, run_merge  # noqa: E402
 from chorus.metrics import pass_at_k, per_task_metrics, summarize  # noqa: E402
 from chorus.modeling import (  # noqa: E402
     build_model_from_shape,
@@ -287,7 +287,7 @@ def merged(config, tmp_path, name):
 
 def test_linear_merge_is_the_average(two_models, tmp_path):
     a, b = two_models
-    out = merged(write_mergekit_config("linear", [a, b], None), tmp_path, "linear")
+    out = merged(mergekit_config("linear", [a, b], None), tmp_path, "linear")
     wa, wb = weights(a), weights(b)
     assert out.keys() == wa.keys()
     for key in out:
@@ -298,12 +298,12 @@ def test_linear_merge_is_the_average(two_models, tmp_path):
 
 def test_slerp_endpoint_and_task_arithmetic_identity(two_models, tmp_path):
     a, b = two_models
-    slerp0 = merged(write_mergekit_config("slerp", [a, b], None, {"t": 0.0}), tmp_path, "slerp")
+    slerp0 = merged(mergekit_config("slerp", [a, b], None, {"t": 0.0}), tmp_path, "slerp")
     wa = weights(a)
     for key in slerp0:
         torch.testing.assert_close(slerp0[key], wa[key])
     # base + 1.0 * (expert - base) is the expert
-    ta = merged(write_mergekit_config("task_arithmetic", [b], str(a), {"weight": 1.0}), tmp_path, "ta")
+    ta = merged(mergekit_config("task_arithmetic", [b], str(a), {"weight": 1.0}), tmp_path, "ta")
     wb = weights(b)
     for key in ta:
         torch.testing.assert_close(ta[key], wb[key], rtol=1e-5, atol=1e-5)
@@ -312,7 +312,7 @@ def test_slerp_endpoint_and_task_arithmetic_identity(two_models, tmp_path):
 @pytest.mark.parametrize("method", ["ties", "dare_ties"])
 def test_sparse_merges_are_finite_and_new(base, two_models, tmp_path, method):
     a, b = two_models
-    config = write_mergekit_config(method, [a, b], str(base), {"weight": 0.5, "density": 0.5})
+    config = mergekit_config(method, [a, b], str(base), {"weight": 0.5, "density": 0.5})
     assert config["base_model"] == str(base) and config["models"][0]["parameters"]["density"] == 0.5
     out = merged(config, tmp_path, method)
     wa, wb = weights(a), weights(b)
@@ -323,12 +323,12 @@ def test_sparse_merges_are_finite_and_new(base, two_models, tmp_path, method):
 
 def test_mergekit_config_rules():
     with pytest.raises(ValueError, match="exactly two"):
-        write_mergekit_config("slerp", ["a", "b", "c"], None)
+        mergekit_config("slerp", ["a", "b", "c"], None)
     with pytest.raises(ValueError, match="needs the base model"):
-        write_mergekit_config("ties", ["a", "b"], None)
+        mergekit_config("ties", ["a", "b"], None)
     with pytest.raises(ValueError, match="unknown merge method"):
-        write_mergekit_config("average", ["a", "b"], None)
-    config = write_mergekit_config("linear", ["a", "b"], None, {"weights": [0.25, 0.75]})
+        mergekit_config("average", ["a", "b"], None)
+    config = mergekit_config("linear", ["a", "b"], None, {"weights": [0.25, 0.75]})
     assert [m["parameters"]["weight"] for m in config["models"]] == [0.25, 0.75]
 
 
