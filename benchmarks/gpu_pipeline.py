@@ -25,9 +25,6 @@ from chorus.rl import train_expert
 from chorus.sft import train_stage
 from chorus.tasks import load_tasks
 
-QWEN_05B_SHAPE = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                      intermediate_size=4864, max_position_embeddings=8192, tie_word_embeddings=True)
-
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -48,7 +45,7 @@ def main() -> None:
 
     tok = build_tiny_model(root / "tok", task_corpus(train), hidden_size=32, num_layers=1, num_heads=2,
                            vocab_size=2048)
-    base = timed("build_base", lambda: build_model_from_shape(root / "base", QWEN_05B_SHAPE, tok))
+    base = timed("build_base", lambda: build_model_from_shape(root / "base", "0.5b", tok))
     stages = [("format", {"format": True}, 2), ("full", {"reference": ["easy", "medium", "hard"]}, 4)]
     model = base
     for name, mix, epochs in stages:

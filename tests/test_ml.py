@@ -19,9 +19,11 @@ from chorus.io import read_jsonl, write_jsonl  # noqa: E402
 from chorus.merge import mergekit_config, run_merge  # noqa: E402
 from chorus.metrics import pass_at_k, per_task_metrics, summarize  # noqa: E402
 from chorus.modeling import (  # noqa: E402
+    SHAPES,
     build_model_from_shape,
     build_tiny_model,
     load_model_and_tokenizer,
+    model_config,
     load_tokenizer,
     task_corpus,
     train_tokenizer,
@@ -81,6 +83,18 @@ def test_tokenizer_and_model_roundtrip(base):
     # deterministic: the same corpus and seed give the same tokenizer and weights
     again = train_tokenizer(task_corpus(TRAIN), 512)
     assert again.get_vocab() == tokenizer.get_vocab()
+
+
+def test_named_shapes_grow_in_size(base):
+    """The benchmarks' named shapes (modeling.SHAPES) are Llama configs, smallest first."""
+    tokenizer = load_tokenizer(base)
+    sizes = []
+    for name in ("0.5b", "1.5b", "3b"):
+        config = model_config(tokenizer, SHAPES[name])
+        assert type(config).__name__ == "LlamaConfig" and config.tie_word_embeddings
+        with torch.device("meta"):
+            sizes.append(sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters()))
+    assert sizes == sorted(sizes) and 0.3e9 < sizes[0] < 0.6e9
 
 
 def test_other_architectures_and_shapes(base, tmp_path):

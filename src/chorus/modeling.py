@@ -74,14 +74,16 @@ def train_tokenizer(corpus: list[str], vocab_size: int):
 
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
-# Config shapes of public checkpoints, for random-init throughput runs (no weights).
+# Llama-architecture shapes of Qwen2.5's sizes (parameters ~), for random-init GPU
+# throughput runs where only the architecture matters (benchmarks/gpu_throughput.py,
+# benchmarks/gpu_pipeline.py); the one table of named shapes.
 SHAPES = {
-    "qwen2.5-0.5b": dict(architecture="qwen2", hidden_size=896, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864,
-                         max_position_embeddings=32768, tie_word_embeddings=True),
-    "qwen2.5-1.5b": dict(architecture="qwen2", hidden_size=1536, num_hidden_layers=28,
-                         num_attention_heads=12, num_key_value_heads=2, intermediate_size=8960,
-                         max_position_embeddings=32768, tie_word_embeddings=True),
+    "0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                 intermediate_size=4864, max_position_embeddings=8192, tie_word_embeddings=True),
+    "1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                 intermediate_size=8960, max_position_embeddings=8192, tie_word_embeddings=True),
+    "3b": dict(hidden_size=2048, num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2,
+               intermediate_size=11008, max_position_embeddings=8192, tie_word_embeddings=True),
 }
 # Short names accepted in a shape dict, mapped to the transformers config fields.
 _SHAPE_ALIASES = {
@@ -170,7 +172,7 @@ def build_model_from_shape(
     out_dir: str | Path, shape: dict | str, tokenizer_dir: str | Path, *, seed: int = 0, dtype="bfloat16"
 ) -> Path:
     """A larger random-init model reusing a local tokenizer, for GPU throughput runs where
-    only the architecture matters. `shape`: a SHAPES name (e.g. "qwen2.5-1.5b") or a dict
+    only the architecture matters. `shape`: a SHAPES name (e.g. "1.5b") or a dict
     of config fields / aliases, with an optional `architecture` (default llama)."""
     import torch
 
