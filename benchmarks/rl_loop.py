@@ -230,7 +230,7 @@ def bench_rewards(tasks, copies: int, workers: int, limits, report: Report) -> N
     hanging candidate: with per-task timeouts the straggler costs its task's limit."""
     from chorus.harness import ensure_build
     from chorus.harness.timeouts import TimeoutPolicy, task_limits
-    from chorus.rl import CoverageReward
+    from chorus.reward import CoverageReward
 
     hang = "```python\nimport cocotb\n\n@cocotb.test()\nasync def spin(dut):\n    while True:\n        pass\n```"
     references = ["```python\n" + t.reference_stimulus.read_text() + "```" for t in tasks]

@@ -1,7 +1,8 @@
 """Merge RL experts with mergekit; the mergekit YAML is kept beside the merged model."""
 
-from chorus.io import resolve_device, script_logging
+from chorus.io import script_logging
 from chorus.merge import mergekit_config, run_merge
+from chorus.training import resolve_device
 
 with script_logging(snakemake):
     strategy = snakemake.params.strategy

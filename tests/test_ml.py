@@ -29,9 +29,11 @@ from chorus.modeling import (  # noqa: E402
     train_tokenizer,
 )
 from chorus.prompts import build_prompt, extract_stimulus, render_prompt  # noqa: E402
-from chorus.rl import CoverageReward, format_reward, train_expert  # noqa: E402
-from chorus.sft import kernel_settings, train_stage, work_dir_for  # noqa: E402
+from chorus.reward import CoverageReward, format_reward  # noqa: E402
+from chorus.rl import train_expert  # noqa: E402
+from chorus.sft import train_stage  # noqa: E402
 from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks  # noqa: E402
+from chorus.training import kernel_settings, work_dir_for  # noqa: E402
 
 TRAIN = load_tasks(DEFAULT_TASK_ROOT, splits="train")
 TINY = dict(hidden_size=32, num_layers=1, num_heads=2, vocab_size=512)

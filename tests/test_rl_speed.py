@@ -22,8 +22,9 @@ from chorus.harness.timeouts import TimeoutPolicy, reference_timing, task_limits
 from chorus.io import read_jsonl  # noqa: E402
 from chorus.modeling import build_tiny_model, task_corpus  # noqa: E402
 from chorus.rl import rollout_settings, train_expert  # noqa: E402
-from chorus.sft import estimate_train_flops, kernel_settings  # noqa: E402
+from chorus.sft import estimate_train_flops  # noqa: E402
 from chorus.tasks import DEFAULT_TASK_ROOT, load_task, load_tasks  # noqa: E402
+from chorus.training import kernel_settings  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_TASK = REPO / "tests" / "fixtures" / "tasks" / "fx_counter"

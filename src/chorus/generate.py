@@ -22,6 +22,7 @@ from pathlib import Path
 from chorus.io import Progress, read_jsonl, write_jsonl
 from chorus.prompts import build_prompt, render_prompt
 from chorus.tasks import Task
+from chorus.training import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +110,11 @@ def resolve_sampler(sampler: str = "auto", device: str | None = None) -> str:
     for `generate` and 528-795 for transformers' continuous batching."""
     import importlib.util
 
-    from chorus.modeling import default_device
-
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {SAMPLERS}, not {sampler!r}")
     if sampler != "auto":
         return sampler
-    if not (device or default_device()).startswith("cuda"):
+    if not resolve_device(device).startswith("cuda"):
         return "generate"
     return "vllm" if importlib.util.find_spec("vllm") is not None else "static"
 
@@ -131,9 +130,9 @@ def _hf_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, b
     pending samples of all tasks, in order, `batch_size` left-padded prompts at a time."""
     import torch
 
-    from chorus.modeling import default_device, load_model_and_tokenizer
+    from chorus.modeling import load_model_and_tokenizer
 
-    device = device or default_device()
+    device = resolve_device(device)
     batch_size = batch_size or (64 if device.startswith("cuda") else 8)
     model, tokenizer = load_model_and_tokenizer(model_dir, device, dtype)
     model.eval()
@@ -183,9 +182,9 @@ def _continuous_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_t
     (`generate_batch`): `batch_size` requests per engine call, scheduled by the engine."""
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
-    from chorus.modeling import default_device, load_model_and_tokenizer
+    from chorus.modeling import load_model_and_tokenizer
 
-    device = device or default_device()
+    device = resolve_device(device)
     batch_size = batch_size or (1024 if device.startswith("cuda") else 16)
     model, tokenizer = load_model_and_tokenizer(model_dir, device, dtype)
     model.eval()
@@ -335,9 +334,9 @@ def _static_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_token
     of all tasks, `batch_size` left-padded prompts at a time, seeded like `generate`."""
     import torch
 
-    from chorus.modeling import default_device, load_model_and_tokenizer
+    from chorus.modeling import load_model_and_tokenizer
 
-    device = device or default_device()
+    device = resolve_device(device)
     batch_size = batch_size or (128 if device.startswith("cuda") else 8)
     model, tokenizer = load_model_and_tokenizer(model_dir, device, dtype)
     model.eval()

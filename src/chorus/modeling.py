@@ -210,19 +210,15 @@ def load_tokenizer(path: str | Path):
     return AutoTokenizer.from_pretrained(path)
 
 
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def load_model_and_tokenizer(path: str | Path, device: str | None = None, dtype=None):
     """(model, tokenizer) from a local folder; device defaults to cuda when available,
     dtype to bfloat16 on cuda and float32 on cpu."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    device = device or default_device()
+    from chorus.training import resolve_device
+
+    device = resolve_device(device)
     if dtype is None:
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     elif isinstance(dtype, str):
