@@ -3,6 +3,7 @@
 timeouts from the reference's measured time, the compile rule of SFT's `auto` kernels,
 and the GPU benchmark's smoke mode."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -47,6 +48,36 @@ def test_auto_sampler_follows_the_device():
     assert resolve_sampler("continuous", "cpu") == "continuous"
     with pytest.raises(ValueError):
         resolve_sampler("fast", "cpu")
+
+
+@pytest.fixture(params=[True, False], ids=["vllm_installed", "no_vllm"])
+def vllm_installed(request, monkeypatch):
+    """vllm is not installed here: the selection is checked both ways by faking its spec."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: (object() if request.param else None) if name == "vllm" else real(name, *a))
+    return request.param
+
+
+def test_config_keys_reach_vllm(vllm_installed):
+    """eval.sampler and rl.rollout_backend choose vLLM: asked for, or `auto` on a GPU where
+    the package is installed (TRL's colocate mode for the rollouts, also under DeepSpeed)."""
+    from chorus.rl import resolve_rollout_backend
+
+    expected = "vllm" if vllm_installed else "static"
+    assert resolve_sampler("auto", "cuda") == expected
+    assert resolve_sampler("auto", "cpu") == "generate"
+    assert resolve_sampler("vllm", "cpu") == "vllm"
+    assert resolve_rollout_backend("auto", on_gpu=True) == expected
+    assert resolve_rollout_backend("auto", on_gpu=True, deepspeed=True) == ("vllm" if vllm_installed else "continuous")
+    assert rollout_settings("auto", on_gpu=True)["use_vllm"] is vllm_installed
+    assert rollout_settings("vllm", on_gpu=False)["use_vllm"] is True
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
+def test_vllm_sampler_without_the_package_names_it(tmp_path):
+    with pytest.raises(RuntimeError, match="needs the vllm package"):
+        sample_completions(tmp_path / "no-model", TRAIN[:1], 1, tmp_path / "out.jsonl", sampler="vllm")
 
 
 def test_auto_rollout_backend_avoids_the_static_decoder_under_deepspeed():
