@@ -19,7 +19,7 @@ from chorus.harness.timeouts import TimeoutPolicy, sandbox_settings
 from chorus.prompts import build_prompt
 from chorus.reward import CoverageReward, format_reward
 from chorus.tasks import Task, load_manifest
-from chorus.training import finalize, precision_flags, prepare_work_dir, report_targets, stage_callback
+from chorus.training import common_args, finalize, load_trainee, precision_flags, prepare_work_dir, stage_callback
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,6 @@ def train_expert(
     The metrics break the run down into generation, reward wait and the rest (log-probs,
     backward, optimizer), with rollout tokens/s and simulations/s. `extra_args` go to
     GRPOConfig as they are."""
-    from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
     from chorus.modeling import load_tokenizer
@@ -195,7 +194,7 @@ def train_expert(
     work_dir, resume_from = prepare_work_dir(out_dir, resume)
     tokenizer = load_tokenizer(model_in)
     flags = precision_flags(device, bf16=bf16, use_cpu=use_cpu)
-    model = AutoModelForCausalLM.from_pretrained(model_in, dtype="bfloat16" if flags["bf16"] else "float32")
+    model = load_trainee(model_in, flags)
     coverage = CoverageReward(tasks, reward, sim_workers, sim_limits, sim_timeouts)
     # the generation batch must hold whole groups of num_generations completions
     batch = max(batch_size, num_generations)
@@ -215,7 +214,8 @@ def train_expert(
         rollout["transformers_continuous_batching_config"] = continuous_batching_kwargs(
             "cpu", longest, max_completion_length, batch * grad_accum)
     config = dict(
-        output_dir=str(work_dir),
+        **common_args(work_dir, flags, save_steps=save_steps, seed=seed, deepspeed_config=deepspeed_config,
+                      gradient_checkpointing=gradient_checkpointing),
         max_steps=steps if steps else -1,
         num_train_epochs=epochs,
         learning_rate=lr,
@@ -226,18 +226,7 @@ def train_expert(
         per_device_train_batch_size=batch,
         gradient_accumulation_steps=grad_accum,
         reward_weights=[1.0, format_weight],
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=save_steps,
-        save_total_limit=2,
-        report_to=report_targets(),
-        seed=seed,
-        data_seed=seed,
-        deepspeed=deepspeed_config,
-        gradient_checkpointing=gradient_checkpointing,
-        dataloader_num_workers=0,
         **rollout,
-        **flags,
     )
     args = GRPOConfig(**{**config, **(extra_args or {})})
     trainer = GRPOTrainer(

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from chorus.training import (
     COMPILE_MIN_FLOPS,
+    common_args,
     finalize,
     kernel_settings,
+    load_trainee,
     precision_flags,
     prepare_work_dir,
-    report_targets,
     stage_callback,
 )
 
@@ -83,7 +84,6 @@ def train_stage(
     kernels, and "auto" packs whenever they are on (TRL enforces `max_length` on
     padding-free batches only by packing)."""
     from datasets import load_dataset
-    from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
     from chorus.modeling import load_tokenizer
@@ -101,10 +101,10 @@ def train_stage(
                                            examples_per_step=batch_size * grad_accum * world)
     kernels = kernel_settings(attn, liger, on_gpu=on_gpu, train_flops=train_flops,
                               compile_min_flops=compile_min_flops)
-    model = AutoModelForCausalLM.from_pretrained(model_in, dtype="bfloat16" if flags["bf16"] else "float32",
-                                                 attn_implementation=kernels["attn_implementation"])
+    model = load_trainee(model_in, flags, attn_implementation=kernels["attn_implementation"])
     config = dict(
-        output_dir=str(work_dir),
+        **common_args(work_dir, flags, save_steps=save_steps, seed=seed, deepspeed_config=deepspeed_config,
+                      gradient_checkpointing=gradient_checkpointing),
         num_train_epochs=epochs,
         max_steps=max_steps,
         learning_rate=lr,
@@ -114,21 +114,10 @@ def train_stage(
         gradient_accumulation_steps=grad_accum,
         max_length=max_length,
         completion_only_loss=True,
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=save_steps,
-        save_total_limit=2,
         include_num_input_tokens_seen="non_padding",
-        report_to=report_targets(),
-        seed=seed,
-        data_seed=seed,
-        deepspeed=deepspeed_config,
-        gradient_checkpointing=gradient_checkpointing,
-        dataloader_num_workers=0,
         padding_free=kernels["padding_free"],
         packing=kernels["padding_free"] and packing in (True, "auto"),
         use_liger_kernel=kernels["use_liger_kernel"],
-        **flags,
     )
     args = SFTConfig(**{**config, **(extra_args or {})})
     throughput = stage_callback()

@@ -97,6 +97,35 @@ def kernel_settings(attn: str = "auto", liger: bool | str = "auto", on_gpu: bool
     return {"attn_implementation": attn, "padding_free": padding_free, "use_liger_kernel": bool(liger)}
 
 
+def load_trainee(model_in: str | Path, flags: dict, **kwargs):
+    """The model to train, in the precision `flags` (precision_flags) train in; `kwargs` go
+    to from_pretrained (e.g. attn_implementation)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_in, dtype="bfloat16" if flags["bf16"] else "float32", **kwargs)
+
+
+def common_args(work_dir: Path, flags: dict, *, save_steps: int, seed: int, deepspeed_config: str | None,
+                gradient_checkpointing: bool) -> dict:
+    """The TrainingArguments fields SFTConfig and GRPOConfig share here: checkpoints in the
+    work folder every `save_steps` (the last two kept), a log line per step, the seeds,
+    DeepSpeed, precision, and data loading in the training process."""
+    return dict(
+        output_dir=str(work_dir),
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=save_steps,
+        save_total_limit=2,
+        report_to=report_targets(),
+        seed=seed,
+        data_seed=seed,
+        deepspeed=deepspeed_config,
+        gradient_checkpointing=gradient_checkpointing,
+        dataloader_num_workers=0,
+        **flags,
+    )
+
+
 def report_targets() -> list[str] | str:
     """Where the trainers log metrics: TensorBoard event files (offline, under the
     model's `runs/`) when tensorboard or tensorboardX is installed, else nowhere."""
