@@ -44,7 +44,7 @@ def main() -> None:
         return value
 
     tok = build_tiny_model(root / "tok", task_corpus(train), hidden_size=32, num_layers=1, num_heads=2,
-                           vocab_size=2048)
+                           vocab_size=2048, max_position_embeddings=2048)
     base = timed("build_base", lambda: build_model_from_shape(root / "base", "0.5b", tok))
     stages = [("format", {"format": True}, 2), ("full", {"reference": ["easy", "medium", "hard"]}, 4)]
     model = base

@@ -54,7 +54,7 @@ def build(shape: str, root: Path):
 
     tasks = load_tasks(splits="train")
     tokenizer_dir = build_tiny_model(root / "tok", task_corpus(tasks), hidden_size=32, num_layers=1,
-                                     num_heads=2, vocab_size=2048)
+                                     num_heads=2, vocab_size=2048, max_position_embeddings=2048)
     model_dir = build_model_from_shape(root / "model", shape, tokenizer_dir)
     return tasks, model_dir
 

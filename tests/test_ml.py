@@ -11,8 +11,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from conftest import TINY_MODEL  # noqa: E402
 from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
 
+from chorus.config import load_schema  # noqa: E402
 from chorus.data import build_stage, build_stage_dataset, verified_rows  # noqa: E402
 from chorus.generate import sample_completions  # noqa: E402
 from chorus.io import read_jsonl, write_jsonl  # noqa: E402
@@ -26,6 +28,7 @@ from chorus.modeling import (  # noqa: E402
     model_config,
     load_tokenizer,
     task_corpus,
+    tiny_model_defaults,
     train_tokenizer,
 )
 from chorus.prompts import build_prompt, extract_stimulus, render_prompt  # noqa: E402
@@ -36,7 +39,6 @@ from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks  # noqa: E402
 from chorus.training import kernel_settings, work_dir_for  # noqa: E402
 
 TRAIN = load_tasks(DEFAULT_TASK_ROOT, splits="train")
-TINY = dict(hidden_size=32, num_layers=1, num_heads=2, vocab_size=512)
 
 
 def weights(path):
@@ -46,7 +48,7 @@ def weights(path):
 @pytest.fixture(scope="session")
 def base(tmp_path_factory):
     out = tmp_path_factory.mktemp("ml") / "base"
-    build_tiny_model(out, task_corpus(TRAIN), **TINY)
+    build_tiny_model(out, task_corpus(TRAIN), **TINY_MODEL)
     return out
 
 
@@ -87,6 +89,18 @@ def test_tokenizer_and_model_roundtrip(base):
     assert again.get_vocab() == tokenizer.get_vocab()
 
 
+def test_tiny_model_shape_defaults_to_the_config_schema(tmp_path):
+    """The embedded model's shape has one definition: config `model.tiny` in the schema."""
+    schema = load_schema()["properties"]["model"]["properties"]["tiny"]["properties"]
+    defaults = tiny_model_defaults()
+    assert defaults == {key: spec["default"] for key, spec in schema.items()}
+    out = build_tiny_model(tmp_path / "tiny", task_corpus(TRAIN[:2]), vocab_size=400)
+    config = json.loads((out / "config.json").read_text())
+    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"],
+            config["max_position_embeddings"]) == (defaults["hidden_size"], defaults["num_layers"],
+                                                   defaults["num_heads"], defaults["max_position_embeddings"])
+
+
 def test_named_shapes_grow_in_size(base):
     """The benchmarks' named shapes (modeling.SHAPES) are Llama configs, smallest first."""
     tokenizer = load_tokenizer(base)
@@ -100,7 +114,7 @@ def test_named_shapes_grow_in_size(base):
 
 
 def test_other_architectures_and_shapes(base, tmp_path):
-    qwen = build_tiny_model(tmp_path / "qwen2", task_corpus(TRAIN[:3]), architecture="qwen2", **TINY)
+    qwen = build_tiny_model(tmp_path / "qwen2", task_corpus(TRAIN[:3]), architecture="qwen2", **TINY_MODEL)
     model, tokenizer = load_model_and_tokenizer(qwen, "cpu")
     assert type(model).__name__ == "Qwen2ForCausalLM"
     # our tokenizer, not the Qwen2Tokenizer AutoTokenizer would swap in for qwen2

@@ -16,6 +16,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
+from conftest import TINY_MODEL  # noqa: E402
 
 from chorus.generate import resolve_sampler, sample_completions  # noqa: E402
 from chorus.harness import SandboxLimits, ensure_build, score  # noqa: E402
@@ -35,7 +36,7 @@ TRAIN = load_tasks(DEFAULT_TASK_ROOT, splits="train")
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     out = tmp_path_factory.mktemp("speed") / "base"
-    build_tiny_model(out, task_corpus(TRAIN), hidden_size=32, num_layers=1, num_heads=2, vocab_size=512)
+    build_tiny_model(out, task_corpus(TRAIN), **TINY_MODEL)
     return out
 
 

@@ -99,23 +99,37 @@ _SHAPE_ALIASES = {
 }
 
 
+def tiny_model_defaults() -> dict:
+    """The embedded model's shape and seed by default: config `model.tiny`'s defaults in
+    the schema, the one place they are defined."""
+    from chorus.config import fill_defaults
+
+    return fill_defaults({})["model"]["tiny"]
+
+
 def build_tiny_model(
     out_dir: str | Path,
     corpus: list[str],
     *,
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 4,
+    hidden_size: int | None = None,
+    num_layers: int | None = None,
+    num_heads: int | None = None,
     num_kv_heads: int | None = None,
     intermediate_size: int | None = None,
-    vocab_size: int = 1024,
-    max_position_embeddings: int = 2048,
+    vocab_size: int | None = None,
+    max_position_embeddings: int | None = None,
     architecture: str = "llama",
-    seed: int = 0,
+    seed: int | None = None,
 ) -> Path:
     """Train a byte-level BPE tokenizer on `corpus`, build a random-init causal LM
     (`architecture`: llama | qwen2 | qwen3) for it and save both to `out_dir`
-    (safetensors, atomically). Deterministic given the corpus and `seed`."""
+    (safetensors, atomically). Deterministic given the corpus and `seed`. Unset shape
+    fields and seed: tiny_model_defaults (config `model.tiny`)."""
+    given = dict(hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads, vocab_size=vocab_size,
+                 max_position_embeddings=max_position_embeddings, seed=seed)
+    defaults = tiny_model_defaults()
+    hidden_size, num_layers, num_heads, vocab_size, max_position_embeddings, seed = (
+        defaults[k] if v is None else v for k, v in given.items())
     shape = {
         "architecture": architecture,
         "hidden_size": hidden_size,
