@@ -226,15 +226,16 @@ def load_tokenizer(path: str | Path):
 
 def load_model_and_tokenizer(path: str | Path, device: str | None = None, dtype=None):
     """(model, tokenizer) from a local folder; device defaults to cuda when available,
-    dtype to bfloat16 on cuda and float32 on cpu."""
+    dtype to the training precision there (chorus.training.precision_flags: bfloat16 on
+    a GPU that has it, float32 on cpu)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from chorus.training import resolve_device
+    from chorus.training import precision_flags, resolve_device
 
     device = resolve_device(device)
     if dtype is None:
-        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        dtype = torch.bfloat16 if precision_flags(device)["bf16"] else torch.float32
     elif isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     tokenizer = load_tokenizer(path)
