@@ -57,6 +57,18 @@ def last_checkpoint(work_dir: str | Path) -> str | None:
     return None
 
 
+def prepare_work_dir(out_dir: str | Path, resume: bool) -> tuple[Path, str | None]:
+    """(work dir, checkpoint to resume from or None); without `resume`, old checkpoints go."""
+    work_dir = work_dir_for(out_dir)
+    if not resume:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    resume_from = last_checkpoint(work_dir)
+    shutil.rmtree(work_dir / "final", ignore_errors=True)  # a save cut short
+    if resume_from:
+        log.info("resuming from %s", resume_from)
+    return work_dir, resume_from
+
+
 def precision_flags(device: str | None = None, *, bf16: bool | None = None, use_cpu: bool | None = None) -> dict:
     """TrainingArguments `use_cpu` / `bf16`. Unset ones follow `device` (resolve_device):
     bf16 on a GPU that supports it, float32 on CPU."""
@@ -131,18 +143,6 @@ def report_targets() -> list[str] | str:
     model's `runs/`) when tensorboard or tensorboardX is installed, else nowhere."""
     available = any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX"))
     return ["tensorboard"] if available else "none"
-
-
-def prepare_work_dir(out_dir: str | Path, resume: bool) -> tuple[Path, str | None]:
-    """(work dir, checkpoint to resume from or None); without `resume`, old checkpoints go."""
-    work_dir = work_dir_for(out_dir)
-    if not resume:
-        shutil.rmtree(work_dir, ignore_errors=True)
-    resume_from = last_checkpoint(work_dir)
-    shutil.rmtree(work_dir / "final", ignore_errors=True)  # a save cut short
-    if resume_from:
-        log.info("resuming from %s", resume_from)
-    return work_dir, resume_from
 
 
 def finalize(trainer, out_dir: str | Path, work_dir: Path, metrics_name: str, metrics: dict) -> None:
