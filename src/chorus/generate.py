@@ -259,10 +259,12 @@ class StaticDecoder:
         return torch.multinomial(logits.softmax(-1), 1).squeeze(-1)
 
     def generate(self, input_ids, attention_mask, *, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float | None = None, stop_ids=(), pad_id: int = 0):
+                 top_p: float | None = None, stop_ids=(), pad_id: int = 0, on_finished=None):
         """New tokens [batch, <= max_new_tokens] for left-padded prompts; after a stop id a
         row holds `pad_id`. Returns (tokens, lengths): lengths count tokens up to and
-        including the first stop id."""
+        including the first stop id. `on_finished(row, ids)` hears of each row once, with
+        the ids it returns: rows that stop early within 16 steps of their stop id (while
+        the rest decode), the others at the end."""
         import contextlib
 
         torch = self.torch
@@ -288,10 +290,14 @@ class StaticDecoder:
             step_inputs = dict(input_ids=step_ids, position_ids=step_pos, attention_mask=key_valid[:, None, None, :])
             graph, graph_logits = None, None
             side = torch.cuda.Stream() if self.use_graph else None
+            reported = torch.zeros(batch, dtype=torch.bool)
             for step in range(max_new_tokens):
                 next_ids = torch.where(done, torch.full_like(next_ids, pad_id), next_ids)
                 tokens[:, step] = next_ids
                 done |= torch.isin(next_ids, stops)
+                if on_finished is not None and step % 16 == 15:
+                    self._report(tokens[:, : step + 1], done.cpu() & ~reported, set(stop_ids), on_finished)
+                    reported |= done.cpu()
                 if step == max_new_tokens - 1 or (step % 16 == 15 and bool(done.all())):
                     break
                 step_ids.copy_(next_ids[:, None])
@@ -326,7 +332,21 @@ class StaticDecoder:
         first_stop = torch.isin(tokens, stops).int()
         has_stop = first_stop.any(-1)
         lengths = torch.where(has_stop, first_stop.argmax(-1) + 1, torch.full_like(has_stop, emitted, dtype=torch.long))
-        return tokens.cpu(), lengths.cpu()
+        tokens, lengths = tokens.cpu(), lengths.cpu()
+        if on_finished is not None:
+            for row in (~reported).nonzero().flatten().tolist():
+                on_finished(row, tokens[row, : int(lengths[row])].tolist())
+        return tokens, lengths
+
+    @staticmethod
+    def _report(tokens, fresh, stops: set, on_finished) -> None:
+        """on_finished(row, ids up to and including the first stop id) for each `fresh` row."""
+        rows = fresh.nonzero().flatten().tolist()
+        if not rows:
+            return
+        for row, ids in zip(rows, tokens[rows].cpu().tolist()):
+            end = next(i for i, token in enumerate(ids) if token in stops)
+            on_finished(row, ids[: end + 1])
 
 
 def _static_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device, dtype):

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
-from chorus.harness import SandboxLimits, prebuild, score_many
+from chorus.harness import SandboxLimits, prebuild, score
+from chorus.harness.score import default_workers
 from chorus.harness.timeouts import TimeoutPolicy
 from chorus.prompts import extract_stimulus
 from chorus.tasks import Task
@@ -40,6 +41,11 @@ class CoverageReward:
     status counts) and, under GRPOTrainer, logged through its `log_metric` hook.
     `timeouts`: per-task simulation limits from the reference's measured time
     (chorus.harness.timeouts), measured during the background prebuild.
+
+    Simulations may start before the reward call: `start(task_id, completion)` begins one
+    as soon as its completion is decoded (rl.early_scoring), in the same pool of `workers`
+    sandboxes; the call then simulates only what was not started and waits for the rest.
+    Rewards are the same either way (one simulator seed per candidate).
     """
 
     def __init__(self, tasks: dict[str, Task] | list[Task], mode: str = "dense",
@@ -61,11 +67,36 @@ class CoverageReward:
         builds = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chorus-prebuild")
         self.prebuilds = [builds.submit(prebuild, task, None, limits, timeouts) for task in designs.values()]
         builds.shutdown(wait=False)
+        self._pool: ThreadPoolExecutor | None = None
+        self._started: dict[tuple[str, str], Future] = {}
+        self._started_at: float | None = None
+
+    def _simulate(self, task_id: str, text: str) -> Future:
+        if self._pool is None:  # sandboxes are child processes: threads only wait on them
+            self._pool = ThreadPoolExecutor(max_workers=self.workers or default_workers(),
+                                            thread_name_prefix="chorus-reward")
+        stimulus = extract_stimulus(text)
+        return self._pool.submit(score, self.tasks[task_id], stimulus, limits=self.limits, timeouts=self.timeouts)
+
+    def start(self, task_id: str, completion) -> None:
+        """Begin simulating `completion` of task `task_id` now, ahead of the reward call."""
+        key = (task_id, completion_text(completion))
+        if task_id in self.tasks and key not in self._started:
+            self._started_at = self._started_at or time.perf_counter()
+            self._started[key] = self._simulate(*key)
 
     def __call__(self, completions, task_id, log_metric=None, trainer_state=None, **kwargs) -> list[float]:
         start = time.perf_counter()
-        items = [(self.tasks[t], extract_stimulus(completion_text(c))) for c, t in zip(completions, task_id)]
-        results = score_many(items, workers=self.workers, limits=self.limits, timeouts=self.timeouts)
+        keys = [(t, completion_text(c)) for c, t in zip(completions, task_id)]
+        early = sum(key in self._started for key in set(keys))
+        for key in keys:
+            if key not in self._started:
+                self._started[key] = self._simulate(*key)
+        results = [self._started[key].result() for key in keys]
+        busy_s = time.perf_counter() - (self._started_at or start)
+        for future in self._started.values():  # started for completions this call did not get
+            future.cancel()
+        self._started, self._started_at = {}, None
         rewards = [float(r.score) if self.mode == "dense" else float(r.passed) for r in results]
         statuses: dict[str, int] = {}
         for r in results:
@@ -80,6 +111,10 @@ class CoverageReward:
             "passed": sum(bool(r.passed) for r in results),
             "statuses": statuses,
             "sim_s": sum(r.sim_time_s for r in results),
+            # distinct candidates whose simulation started before the call, and the time
+            # from the first simulation's start to the last result
+            "started_early": early,
+            "simulating_s": busy_s,
         }
         self.calls.append(call)
         log.info("reward %s: %s", self.__name__, json.dumps(call))

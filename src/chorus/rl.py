@@ -8,6 +8,7 @@ with SFT; `train_expert_job` is the workflow's entry point (scripts/rl.py).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -70,13 +71,43 @@ def rollout_settings(backend: str = "auto", on_gpu: bool = False, vllm_memory: f
     return {"use_vllm": False, "use_transformers_continuous_batching": backend == "continuous"}
 
 
-def static_rollouts(trainer):
+def start_rewards_early(trainer, coverage: CoverageReward):
+    """Simulate each rollout as soon as it is decoded instead of after the whole batch:
+    wraps the trainer's `_generate` (which knows each row's prompt, hence its task) to
+    start every completion's simulation as generation returns, so they overlap the
+    log-prob passes before TRL calls the rewards; returns an `on_finished(row, ids)` for
+    a sampler that reports rows as they stop (StaticDecoder), whose simulations then
+    overlap the decoding of the longer rows. The rewards are unchanged: the reward call
+    takes the started simulations' results and simulates the rest."""
+    prompt_task = {json.dumps(row["prompt"], sort_keys=True): row["task_id"] for row in trainer.train_dataset}
+    tokenizer = trainer.processing_class
+    batch_tasks: list[str | None] = []
+    generate = trainer._generate
+
+    def generate_and_start(prompts):
+        batch_tasks[:] = [prompt_task.get(json.dumps(p, sort_keys=True)) for p in prompts]
+        output = generate(prompts)
+        for task_id, completion in zip(batch_tasks, output[3]):  # TRL's decoded completions
+            if task_id is not None:
+                coverage.start(task_id, completion)
+        return output
+
+    def on_finished(row: int, ids: list[int]) -> None:
+        if row < len(batch_tasks) and batch_tasks[row] is not None:  # TRL decodes the same way
+            coverage.start(batch_tasks[row], tokenizer.decode(ids, skip_special_tokens=True))
+
+    trainer._generate = generate_and_start
+    return on_finished
+
+
+def static_rollouts(trainer, on_finished=None):
     """Replace the trainer's rollout hook (TRL's `_generate_single_turn`, on the instance)
     by chorus.generate.StaticDecoder: static KV cache, decode step replayed from a CUDA
     graph. Same contract as TRL's plain `generate` path: completion ids up to and
     including the first EOS, no log-probs. Sampling follows the trainer's temperature and
     top_p (top_k, min_p and repetition penalty are not applied). One process per model copy
-    (DDP ranks are fine; not DeepSpeed ZeRO-3, whose weights are sharded)."""
+    (DDP ranks are fine; not DeepSpeed ZeRO-3, whose weights are sharded). `on_finished`:
+    StaticDecoder's hook for rows that stop early (start_rewards_early)."""
     import torch
 
     from chorus.generate import StaticDecoder
@@ -97,7 +128,8 @@ def static_rollouts(trainer):
         try:
             tokens, lengths = StaticDecoder(model).generate(
                 input_ids, mask, max_new_tokens=trainer.max_completion_length, temperature=trainer.temperature,
-                top_p=trainer.top_p, stop_ids=list(trainer.eos_token_ids), pad_id=pad_id)
+                top_p=trainer.top_p, stop_ids=list(trainer.eos_token_ids), pad_id=pad_id,
+                on_finished=on_finished)
         finally:
             model.train(was_training)
         return [row[: int(n)].tolist() for row, n in zip(tokens, lengths)], None
@@ -174,6 +206,7 @@ def train_expert(
     gradient_checkpointing: bool = False,
     rollout_backend: str = "auto",
     sim_timeouts: TimeoutPolicy | None = None,
+    early_rewards: bool = True,
     extra_args: dict | None = None,
 ) -> dict:
     """GRPO from `model_in` on `tasks`; the expert lands in `out_dir` atomically with
@@ -181,7 +214,8 @@ def train_expert(
     and `format_reward` (weight `format_weight`), separate so TRL logs both. `steps`
     optimizer steps (None: `epochs` passes over the tasks); `batch_size` completions per
     device and step, rounded to whole groups of `num_generations`. `rollout_backend`: see
-    rollout_settings; `sim_timeouts`: per-task simulation limits (chorus.harness.timeouts).
+    rollout_settings; `sim_timeouts`: per-task simulation limits (chorus.harness.timeouts);
+    `early_rewards`: simulate each rollout as soon as it is decoded (start_rewards_early).
     The metrics break the run down into generation, reward wait and the rest (log-probs,
     backward, optimizer), with rollout tokens/s and simulations/s. `extra_args` go to
     GRPOConfig as they are."""
@@ -237,15 +271,17 @@ def train_expert(
         processing_class=tokenizer,
         callbacks=[stage_callback()],
     )
+    on_finished = start_rewards_early(trainer, coverage) if early_rewards else None
     if rollout_backend == "static":
-        static_rollouts(trainer)
+        static_rollouts(trainer, on_finished)
     timer = RolloutTimer()
     timer.wrap(trainer)
     trainer.add_callback(timer.callback())
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_from)
     runtime = time.perf_counter() - start
-    reward_wall = sum(c["wall_s"] for c in coverage.calls)
+    reward_wall = sum(c["wall_s"] for c in coverage.calls)  # the wait: simulations started early are off it
+    simulating_s = sum(c["simulating_s"] for c in coverage.calls)
     steps_s = sum(timer.step_s)
     metrics = {
         "model_in": str(model_in),
@@ -268,7 +304,8 @@ def train_expert(
             "rollout_tokens": timer.rollout_tokens,
             "rollout_tokens_per_s": timer.rollout_tokens / timer.generation_s if timer.generation_s else None,
             "simulations": sum(c["n"] for c in coverage.calls),
-            "simulations_per_s": sum(c["n"] for c in coverage.calls) / reward_wall if reward_wall else None,
+            "simulations_started_early": sum(c["started_early"] for c in coverage.calls),
+            "simulations_per_s": (sum(c["n"] for c in coverage.calls) / simulating_s if simulating_s else None),
         },
         "rewards_per_step": reward_log(trainer.state.log_history),
         "reward_calls": coverage.calls,
