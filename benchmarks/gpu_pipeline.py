@@ -18,15 +18,12 @@ from pathlib import Path
 from chorus.data import build_stage_dataset
 from chorus.generate import sample_completions
 from chorus.harness import score_many
-from chorus.merge import run_merge, write_mergekit_config
+from chorus.merge import mergekit_config, run_merge
 from chorus.modeling import build_model_from_shape, build_tiny_model, task_corpus
 from chorus.prompts import extract_stimulus
 from chorus.rl import train_expert
 from chorus.sft import train_stage
 from chorus.tasks import load_tasks
-
-QWEN_05B_SHAPE = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                      intermediate_size=4864, max_position_embeddings=8192, tie_word_embeddings=True)
 
 
 def main() -> None:
@@ -47,8 +44,8 @@ def main() -> None:
         return value
 
     tok = build_tiny_model(root / "tok", task_corpus(train), hidden_size=32, num_layers=1, num_heads=2,
-                           vocab_size=2048)
-    base = timed("build_base", lambda: build_model_from_shape(root / "base", QWEN_05B_SHAPE, tok))
+                           vocab_size=2048, max_position_embeddings=2048)
+    base = timed("build_base", lambda: build_model_from_shape(root / "base", "0.5b", tok))
     stages = [("format", {"format": True}, 2), ("full", {"reference": ["easy", "medium", "hard"]}, 4)]
     model = base
     for name, mix, epochs in stages:
@@ -69,7 +66,7 @@ def main() -> None:
         experts.append(str(root / f"rl_{name}"))
     merges = {}
     for method, params in (("linear", {}), ("ties", {"weight": 0.5, "density": 0.5})):
-        config = write_mergekit_config(method, experts, str(model), params)
+        config = mergekit_config(method, experts, str(model), params)
         merges[method] = timed(f"merge_{method}", lambda: run_merge(config, root / f"merge_{method}", device="cuda"))
     models = {"sft_full": model, "rl_dense": experts[0], "rl_binary": experts[1],
               **{f"merge_{m}": p for m, p in merges.items()}}

@@ -29,15 +29,6 @@ from pathlib import Path
 import torch
 import yaml
 
-SHAPES = {
-    # Llama-architecture shapes matching common small open models (parameters ~).
-    "0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                 intermediate_size=4864, max_position_embeddings=8192, tie_word_embeddings=True),
-    "1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                 intermediate_size=8960, max_position_embeddings=8192, tie_word_embeddings=True),
-    "3b": dict(hidden_size=2048, num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2,
-               intermediate_size=11008, max_position_embeddings=8192, tie_word_embeddings=True),
-}
 REPO = Path(__file__).resolve().parents[1]
 # the workflow's `compile_cache` (config/config.yaml): later launches reuse the compiled kernels
 COMPILE_CACHE = str(REPO / yaml.safe_load((REPO / "config" / "config.yaml").read_text())["compile_cache"])
@@ -63,8 +54,8 @@ def build(shape: str, root: Path):
 
     tasks = load_tasks(splits="train")
     tokenizer_dir = build_tiny_model(root / "tok", task_corpus(tasks), hidden_size=32, num_layers=1,
-                                     num_heads=2, vocab_size=2048)
-    model_dir = build_model_from_shape(root / "model", SHAPES[shape], tokenizer_dir)
+                                     num_heads=2, vocab_size=2048, max_position_embeddings=2048)
+    model_dir = build_model_from_shape(root / "model", shape, tokenizer_dir)
     return tasks, model_dir
 
 
@@ -196,6 +187,8 @@ def bench_launch(model_dir, data, out, label, sink, *, deepspeed, max_steps, bat
 
 
 def main() -> None:
+    from chorus.modeling import SHAPES
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", default="1.5b", choices=sorted(SHAPES))
     parser.add_argument("--out", type=Path, default=Path("gpu_bench.json"))

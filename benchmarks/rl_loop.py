@@ -230,7 +230,7 @@ def bench_rewards(tasks, copies: int, workers: int, limits, report: Report) -> N
     hanging candidate: with per-task timeouts the straggler costs its task's limit."""
     from chorus.harness import ensure_build
     from chorus.harness.timeouts import TimeoutPolicy, task_limits
-    from chorus.rl import CoverageReward
+    from chorus.reward import CoverageReward
 
     hang = "```python\nimport cocotb\n\n@cocotb.test()\nasync def spin(dut):\n    while True:\n        pass\n```"
     references = ["```python\n" + t.reference_stimulus.read_text() + "```" for t in tasks]
@@ -251,38 +251,44 @@ def bench_rewards(tasks, copies: int, workers: int, limits, report: Report) -> N
 
 
 def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device: str, root: Path,
-               backends: list[str], deadline: float, report: Report) -> None:
-    """One GRPO expert per rollout backend, end to end, with the step breakdown."""
+               backends: list[str], deadline: float, report: Report, late: bool = False) -> None:
+    """One GRPO expert per rollout backend, end to end, with the step breakdown; `late`:
+    each backend again with the rewards simulated only after the whole batch."""
     from chorus.harness.timeouts import TimeoutPolicy
     from chorus.rl import train_expert
 
     runs = {}
     section = f"grpo_batch{sizes['num_generations'] * len(tasks)}"  # runs at other batch sizes stay in the file
-    for backend in backends:
+    # "<backend>": rewards simulated as rollouts are decoded; "<backend>_late": after the batch
+    variants = [(backend, True) for backend in backends] + [(f"{b}_late", False) for b in backends if late]
+    for name, early in variants:
+        backend = name.removesuffix("_late")
         if time.perf_counter() > deadline:
-            runs[backend] = {"error": "skipped: out of the section's time budget"}
+            runs[name] = {"error": "skipped: out of the section's time budget"}
             continue
         try:
             metrics = train_expert(
-                model_dir, tasks, root / f"expert-{backend}", steps=sizes["grpo_steps"],
+                model_dir, tasks, root / f"expert-{name}", steps=sizes["grpo_steps"],
                 num_generations=sizes["num_generations"], batch_size=sizes["num_generations"] * len(tasks),
                 max_completion_length=sizes["completion_len"], sim_workers=workers, sim_limits=limits,
                 sim_timeouts=TimeoutPolicy(), rollout_backend=backend, device=device, use_cpu=device == "cpu",
-                save_steps=10_000,
+                save_steps=10_000, early_rewards=early,
             )
-            runs[backend] = {"steps": metrics["steps"], "runtime_s": metrics["runtime_s"],
+            runs[name] = {"steps": metrics["steps"], "runtime_s": metrics["runtime_s"],
                              "rollout_backend": metrics["rollout_backend"], **metrics["breakdown"],
                              "statuses": [c["statuses"] for c in metrics["reward_calls"]],
                              "completions_per_step": sizes["num_generations"] * len(tasks)}
         except Exception as err:
-            runs[backend] = {"error": repr(err)[:1500]}
+            runs[name] = {"error": repr(err)[:1500]}
         report.detail(section, runs)
     report.detail(section, runs)
-    # the headline: the fastest rollouts of every GRPO run in the file (any batch size)
+    # the headline: the fastest rollouts of every GRPO run in the file (any batch size) as
+    # the workflow runs them (rewards started early)
     sections = {name: runs for name, runs in report.data["details"].items()
                 if name.startswith("grpo") and isinstance(runs, dict)}
     done = [(f"{name}/{backend}", r) for name, section_runs in sections.items()
-            for backend, r in section_runs.items() if isinstance(r, dict) and r.get("rollout_tokens_per_s")]
+            for backend, r in section_runs.items()
+            if isinstance(r, dict) and r.get("rollout_tokens_per_s") and not backend.endswith("_late")]
     if done:
         best, figures = max(done, key=lambda item: item[1]["rollout_tokens_per_s"])
         report.data["rollout_tokens_per_s"] = figures["rollout_tokens_per_s"]
@@ -406,6 +412,8 @@ def main() -> None:
     parser.add_argument("--grpo-tasks", type=int, help="train tasks per GRPO step (default 8; --smoke 2)")
     parser.add_argument("--grpo-generations", type=int, help="completions per task and step (default 8)")
     parser.add_argument("--grpo-steps", type=int, help="GRPO steps (default 4)")
+    parser.add_argument("--grpo-late", action="store_true",
+                        help="also run each backend with rewards simulated after the whole batch (<backend>_late)")
     # internal: one SFT job in a fresh process
     parser.add_argument("--sft-job", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
@@ -463,7 +471,7 @@ def main() -> None:
         "generate": lambda: bench_generation(model_dir, tasks, sizes, device, start + 0.35 * args.budget_s, report),
         "rewards": lambda: bench_rewards(grpo_tasks, sizes["reward_copies"], workers, limits, report),
         "grpo": lambda: bench_grpo(model_dir, grpo_tasks, sizes, workers, limits, device, root, args.grpo_backends,
-                                   start + 0.7 * args.budget_s, report),
+                                   start + 0.7 * args.budget_s, report, late=args.grpo_late),
         "sft": lambda: bench_sft(model_dir, data, sizes, device, root, deadline, background, report),
     }
     for name, section in sections.items():

@@ -1,8 +1,9 @@
 """Sample k completions per task of the pool's splits from one model."""
 
 from chorus.generate import sample_completions
-from chorus.io import resolve_device, script_logging
+from chorus.io import script_logging
 from chorus.tasks import load_manifest
+from chorus.training import resolve_device
 
 with script_logging(snakemake):
     pool = snakemake.params.pool

@@ -5,19 +5,15 @@ from chorus.io import script_logging
 from chorus.launch import launch_training
 
 with script_logging(snakemake):
-    stage = snakemake.params.stage
     launch_training(
-        "chorus.sft:train_stage",
+        "chorus.sft:train_stage_job",
         dict(
             model_in=snakemake.input.model,
             dataset_jsonl=snakemake.input.data,
             out_dir=snakemake.output.model,
-            epochs=stage["epochs"],
-            lr=stage["lr"],
-            seed=stage["seed"],
             # the checkpoint interval changes no result: config, not a param (no re-run)
-            save_steps=snakemake.config["sft"]["save_steps"],
-            **snakemake.params.settings,
+            stage={**snakemake.params.stage, "save_steps": snakemake.config["sft"]["save_steps"]},
+            settings=snakemake.params.settings,
         ),
         {**snakemake.params.launch, "compile_cache": snakemake.config["compile_cache"]},
     )

@@ -15,6 +15,8 @@ FIXTURE_TASK = REPO / "tests" / "fixtures" / "tasks" / "fx_counter"  # a small c
 BIN = Path(sys.executable).parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# the smallest model the training tests build (chorus.modeling.build_tiny_model arguments)
+TINY_MODEL = dict(hidden_size=32, num_layers=1, num_heads=2, vocab_size=512, max_position_embeddings=2048)
 
 
 def default_config() -> dict:

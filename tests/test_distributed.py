@@ -13,7 +13,7 @@ from chorus.data import build_stage_dataset
 from chorus.launch import _rank_env, inside_launcher, launch, process_count, resolve, use_compile_cache
 from chorus.modeling import build_tiny_model, task_corpus
 from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks
-from conftest import REPO, e2e_config, run_snakemake
+from conftest import REPO, TINY_MODEL, e2e_config, run_snakemake
 
 TRAIN = load_tasks(DEFAULT_TASK_ROOT, splits="train")
 
@@ -58,8 +58,7 @@ def test_compile_cache_reaches_the_ranks(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def sft_job(tmp_path_factory):
     root = tmp_path_factory.mktemp("launch")
-    base = build_tiny_model(root / "base", task_corpus(TRAIN), hidden_size=32, num_layers=1,
-                            num_heads=2, vocab_size=512)
+    base = build_tiny_model(root / "base", task_corpus(TRAIN), **TINY_MODEL)
     data = root / "data.jsonl"
     build_stage_dataset(TRAIN[:4], {"format": True}, data)
     return dict(model_in=str(base), dataset_jsonl=str(data), epochs=1, lr=1e-3, batch_size=1,

@@ -11,28 +11,34 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from conftest import TINY_MODEL  # noqa: E402
 from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
 
+from chorus.config import load_schema  # noqa: E402
 from chorus.data import build_stage, build_stage_dataset, verified_rows  # noqa: E402
 from chorus.generate import sample_completions  # noqa: E402
 from chorus.io import read_jsonl, write_jsonl  # noqa: E402
-from chorus.merge import run_merge, write_mergekit_config  # noqa: E402
+from chorus.merge import mergekit_config, run_merge  # noqa: E402
 from chorus.metrics import pass_at_k, per_task_metrics, summarize  # noqa: E402
 from chorus.modeling import (  # noqa: E402
+    SHAPES,
     build_model_from_shape,
     build_tiny_model,
     load_model_and_tokenizer,
+    model_config,
     load_tokenizer,
     task_corpus,
+    tiny_model_defaults,
     train_tokenizer,
 )
 from chorus.prompts import build_prompt, extract_stimulus, render_prompt  # noqa: E402
-from chorus.rl import CoverageReward, format_reward, train_expert  # noqa: E402
-from chorus.sft import kernel_settings, train_stage, work_dir_for  # noqa: E402
+from chorus.reward import CoverageReward, format_reward  # noqa: E402
+from chorus.rl import train_expert  # noqa: E402
+from chorus.sft import train_stage  # noqa: E402
 from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks  # noqa: E402
+from chorus.training import kernel_settings, work_dir_for  # noqa: E402
 
 TRAIN = load_tasks(DEFAULT_TASK_ROOT, splits="train")
-TINY = dict(hidden_size=32, num_layers=1, num_heads=2, vocab_size=512)
 
 
 def weights(path):
@@ -42,7 +48,7 @@ def weights(path):
 @pytest.fixture(scope="session")
 def base(tmp_path_factory):
     out = tmp_path_factory.mktemp("ml") / "base"
-    build_tiny_model(out, task_corpus(TRAIN), **TINY)
+    build_tiny_model(out, task_corpus(TRAIN), **TINY_MODEL)
     return out
 
 
@@ -83,8 +89,32 @@ def test_tokenizer_and_model_roundtrip(base):
     assert again.get_vocab() == tokenizer.get_vocab()
 
 
+def test_tiny_model_shape_defaults_to_the_config_schema(tmp_path):
+    """The embedded model's shape has one definition: config `model.tiny` in the schema."""
+    schema = load_schema()["properties"]["model"]["properties"]["tiny"]["properties"]
+    defaults = tiny_model_defaults()
+    assert defaults == {key: spec["default"] for key, spec in schema.items()}
+    out = build_tiny_model(tmp_path / "tiny", task_corpus(TRAIN[:2]), vocab_size=400)
+    config = json.loads((out / "config.json").read_text())
+    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"],
+            config["max_position_embeddings"]) == (defaults["hidden_size"], defaults["num_layers"],
+                                                   defaults["num_heads"], defaults["max_position_embeddings"])
+
+
+def test_named_shapes_grow_in_size(base):
+    """The benchmarks' named shapes (modeling.SHAPES) are Llama configs, smallest first."""
+    tokenizer = load_tokenizer(base)
+    sizes = []
+    for name in ("0.5b", "1.5b", "3b"):
+        config = model_config(tokenizer, SHAPES[name])
+        assert type(config).__name__ == "LlamaConfig" and config.tie_word_embeddings
+        with torch.device("meta"):
+            sizes.append(sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters()))
+    assert sizes == sorted(sizes) and 0.3e9 < sizes[0] < 0.6e9
+
+
 def test_other_architectures_and_shapes(base, tmp_path):
-    qwen = build_tiny_model(tmp_path / "qwen2", task_corpus(TRAIN[:3]), architecture="qwen2", **TINY)
+    qwen = build_tiny_model(tmp_path / "qwen2", task_corpus(TRAIN[:3]), architecture="qwen2", **TINY_MODEL)
     model, tokenizer = load_model_and_tokenizer(qwen, "cpu")
     assert type(model).__name__ == "Qwen2ForCausalLM"
     # our tokenizer, not the Qwen2Tokenizer AutoTokenizer would swap in for qwen2
@@ -287,7 +317,7 @@ def merged(config, tmp_path, name):
 
 def test_linear_merge_is_the_average(two_models, tmp_path):
     a, b = two_models
-    out = merged(write_mergekit_config("linear", [a, b], None), tmp_path, "linear")
+    out = merged(mergekit_config("linear", [a, b], None), tmp_path, "linear")
     wa, wb = weights(a), weights(b)
     assert out.keys() == wa.keys()
     for key in out:
@@ -298,12 +328,12 @@ def test_linear_merge_is_the_average(two_models, tmp_path):
 
 def test_slerp_endpoint_and_task_arithmetic_identity(two_models, tmp_path):
     a, b = two_models
-    slerp0 = merged(write_mergekit_config("slerp", [a, b], None, {"t": 0.0}), tmp_path, "slerp")
+    slerp0 = merged(mergekit_config("slerp", [a, b], None, {"t": 0.0}), tmp_path, "slerp")
     wa = weights(a)
     for key in slerp0:
         torch.testing.assert_close(slerp0[key], wa[key])
     # base + 1.0 * (expert - base) is the expert
-    ta = merged(write_mergekit_config("task_arithmetic", [b], str(a), {"weight": 1.0}), tmp_path, "ta")
+    ta = merged(mergekit_config("task_arithmetic", [b], str(a), {"weight": 1.0}), tmp_path, "ta")
     wb = weights(b)
     for key in ta:
         torch.testing.assert_close(ta[key], wb[key], rtol=1e-5, atol=1e-5)
@@ -312,7 +342,7 @@ def test_slerp_endpoint_and_task_arithmetic_identity(two_models, tmp_path):
 @pytest.mark.parametrize("method", ["ties", "dare_ties"])
 def test_sparse_merges_are_finite_and_new(base, two_models, tmp_path, method):
     a, b = two_models
-    config = write_mergekit_config(method, [a, b], str(base), {"weight": 0.5, "density": 0.5})
+    config = mergekit_config(method, [a, b], str(base), {"weight": 0.5, "density": 0.5})
     assert config["base_model"] == str(base) and config["models"][0]["parameters"]["density"] == 0.5
     out = merged(config, tmp_path, method)
     wa, wb = weights(a), weights(b)
@@ -323,12 +353,12 @@ def test_sparse_merges_are_finite_and_new(base, two_models, tmp_path, method):
 
 def test_mergekit_config_rules():
     with pytest.raises(ValueError, match="exactly two"):
-        write_mergekit_config("slerp", ["a", "b", "c"], None)
+        mergekit_config("slerp", ["a", "b", "c"], None)
     with pytest.raises(ValueError, match="needs the base model"):
-        write_mergekit_config("ties", ["a", "b"], None)
+        mergekit_config("ties", ["a", "b"], None)
     with pytest.raises(ValueError, match="unknown merge method"):
-        write_mergekit_config("average", ["a", "b"], None)
-    config = write_mergekit_config("linear", ["a", "b"], None, {"weights": [0.25, 0.75]})
+        mergekit_config("average", ["a", "b"], None)
+    config = mergekit_config("linear", ["a", "b"], None, {"weights": [0.25, 0.75]})
     assert [m["parameters"]["weight"] for m in config["models"]] == [0.25, 0.75]
 
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import BIN, REPO, e2e_config, run_snakemake
 
-from chorus.sft import last_checkpoint, work_dir_for
+from chorus.training import last_checkpoint, work_dir_for
 
 EXPERT = "easy_dense"
 STEPS = 6

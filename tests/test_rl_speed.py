@@ -3,6 +3,7 @@
 timeouts from the reference's measured time, the compile rule of SFT's `auto` kernels,
 and the GPU benchmark's smoke mode."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
+from conftest import TINY_MODEL  # noqa: E402
 
 from chorus.generate import resolve_sampler, sample_completions  # noqa: E402
 from chorus.harness import SandboxLimits, ensure_build, score  # noqa: E402
@@ -22,8 +24,9 @@ from chorus.harness.timeouts import TimeoutPolicy, reference_timing, task_limits
 from chorus.io import read_jsonl  # noqa: E402
 from chorus.modeling import build_tiny_model, task_corpus  # noqa: E402
 from chorus.rl import rollout_settings, train_expert  # noqa: E402
-from chorus.sft import estimate_train_flops, kernel_settings  # noqa: E402
+from chorus.sft import estimate_train_flops  # noqa: E402
 from chorus.tasks import DEFAULT_TASK_ROOT, load_task, load_tasks  # noqa: E402
+from chorus.training import kernel_settings  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_TASK = REPO / "tests" / "fixtures" / "tasks" / "fx_counter"
@@ -33,7 +36,7 @@ TRAIN = load_tasks(DEFAULT_TASK_ROOT, splits="train")
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     out = tmp_path_factory.mktemp("speed") / "base"
-    build_tiny_model(out, task_corpus(TRAIN), hidden_size=32, num_layers=1, num_heads=2, vocab_size=512)
+    build_tiny_model(out, task_corpus(TRAIN), **TINY_MODEL)
     return out
 
 
@@ -46,6 +49,36 @@ def test_auto_sampler_follows_the_device():
     assert resolve_sampler("continuous", "cpu") == "continuous"
     with pytest.raises(ValueError):
         resolve_sampler("fast", "cpu")
+
+
+@pytest.fixture(params=[True, False], ids=["vllm_installed", "no_vllm"])
+def vllm_installed(request, monkeypatch):
+    """vllm is not installed here: the selection is checked both ways by faking its spec."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: (object() if request.param else None) if name == "vllm" else real(name, *a))
+    return request.param
+
+
+def test_config_keys_reach_vllm(vllm_installed):
+    """eval.sampler and rl.rollout_backend choose vLLM: asked for, or `auto` on a GPU where
+    the package is installed (TRL's colocate mode for the rollouts, also under DeepSpeed)."""
+    from chorus.rl import resolve_rollout_backend
+
+    expected = "vllm" if vllm_installed else "static"
+    assert resolve_sampler("auto", "cuda") == expected
+    assert resolve_sampler("auto", "cpu") == "generate"
+    assert resolve_sampler("vllm", "cpu") == "vllm"
+    assert resolve_rollout_backend("auto", on_gpu=True) == expected
+    assert resolve_rollout_backend("auto", on_gpu=True, deepspeed=True) == ("vllm" if vllm_installed else "continuous")
+    assert rollout_settings("auto", on_gpu=True)["use_vllm"] is vllm_installed
+    assert rollout_settings("vllm", on_gpu=False)["use_vllm"] is True
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
+def test_vllm_sampler_without_the_package_names_it(tmp_path):
+    with pytest.raises(RuntimeError, match="needs the vllm package"):
+        sample_completions(tmp_path / "no-model", TRAIN[:1], 1, tmp_path / "out.jsonl", sampler="vllm")
 
 
 def test_auto_rollout_backend_avoids_the_static_decoder_under_deepspeed():
@@ -107,6 +140,41 @@ def test_static_decoder_stops_like_generate(base):
     assert torch.equal(tokens[:, : reference.shape[1]], reference[:, : tokens.shape[1]])
 
 
+def test_static_decoder_reports_rows_as_they_stop(base):
+    """on_finished hears of each row once, with the ids generate returns for it; a row that
+    stops early is reported while the other rows still decode."""
+    import torch
+
+    from chorus.generate import StaticDecoder
+    from chorus.modeling import load_model_and_tokenizer
+    from chorus.prompts import build_prompt, render_prompt
+
+    model, tokenizer = load_model_and_tokenizer(base, "cpu")
+    model.eval()
+    tokenizer.padding_side = "left"
+    inputs = tokenizer([render_prompt(tokenizer, build_prompt(t)) for t in TRAIN[:3]], return_tensors="pt",
+                       padding=True, add_special_tokens=False)
+    decoder = StaticDecoder(model)
+    torch.manual_seed(0)  # sampled (greedy rows of this tiny model all alike), the same draws in both runs
+    free, _ = decoder.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=48, temperature=1.0,
+                               pad_id=tokenizer.pad_token_id)
+    # a token the first row draws within 8 steps and the others never: only the first row stops
+    stop = next(int(t) for t in free[0, :8] if not (free[1:] == t).any())
+    steps = []
+    forward = model.forward
+    model.forward = lambda *args, **kwargs: steps.append(1) or forward(*args, **kwargs)
+    heard = {}
+    torch.manual_seed(0)
+    tokens, lengths = decoder.generate(
+        inputs["input_ids"], inputs["attention_mask"], max_new_tokens=48, temperature=1.0, stop_ids=[stop],
+        pad_id=tokenizer.pad_token_id, on_finished=lambda row, ids: heard.setdefault(row, (ids, len(steps))))
+    assert sorted(heard) == [0, 1, 2]
+    for row, (ids, _) in heard.items():
+        assert ids == tokens[row, : int(lengths[row])].tolist()
+    assert heard[0][0][-1] == stop and heard[0][1] < len(steps)  # heard of before the decoding ended
+    assert lengths[1:].tolist() == [48, 48] and heard[1][1] == heard[2][1] == len(steps)
+
+
 @pytest.mark.parametrize("sampler", ["continuous", "static"])
 def test_fast_sampling_is_seeded(base, tmp_path, sampler):
     tasks = TRAIN[:2]
@@ -141,9 +209,35 @@ def test_grpo_rollouts_through_fast_backends_with_breakdown(base, tmp_path, back
     parts = metrics["breakdown"]
     assert parts["rollouts"] == 4 and 0 < parts["rollout_tokens"] <= 4 * 8
     assert parts["simulations"] == 4
+    # every rollout's simulation started before TRL asked for the rewards (start_rewards_early)
+    assert all(call["started_early"] >= 1 for call in metrics["reward_calls"])
+    assert 1 <= parts["simulations_started_early"] <= parts["simulations"]
     assert 0 < parts["generation_s"] < parts["steps_s"] and 0 < parts["reward_wait_s"] < parts["steps_s"]
     assert parts["generation_s"] + parts["reward_wait_s"] + parts["train_other_s"] == pytest.approx(parts["steps_s"])
     assert 0 < parts["reward_wait_fraction"] < 1
+
+
+def test_simulations_started_early_give_the_same_rewards():
+    """CoverageReward.start: the call takes the started simulations' results (the same
+    rewards as simulating them in the call) and forgets starts the call did not need."""
+    from chorus.reward import CoverageReward
+
+    tasks = [t for t in TRAIN if t.difficulty == "easy"][:2]
+    fenced = ["```python\n" + t.reference_stimulus.read_text() + "```" for t in tasks]
+    completions = [fenced[0], "no code at all", fenced[1], fenced[0]]
+    task_ids = [tasks[0].id, tasks[0].id, tasks[1].id, tasks[0].id]
+    early, plain = CoverageReward(tasks, workers=2), CoverageReward(tasks, workers=2)
+    early.start(tasks[0].id, fenced[0])
+    early.start(tasks[1].id, [{"role": "assistant", "content": fenced[1]}])  # TRL's conversational form
+    early.start(tasks[1].id, "```python\nraise SystemExit\n```")  # not among the call's completions
+    early.start("no_such_task", fenced[0])  # not a task of this reward: ignored
+    rewards = early(completions, task_id=task_ids)
+    assert rewards == plain(completions, task_id=task_ids)
+    assert rewards[0] == rewards[3] == 1.0 and rewards[2] == 1.0 and rewards[1] == 0.0
+    assert early.calls[-1]["started_early"] == 2 and plain.calls[-1]["started_early"] == 0
+    assert early.calls[-1]["statuses"] == {"ok": 3, "syntax_error": 1}
+    again = early(completions[:1], task_id=task_ids[:1])  # nothing carried over from the last call
+    assert again == [1.0] and early.calls[-1]["started_early"] == 0
 
 
 # --- per-task simulation timeouts --------------------------------------------------------
@@ -242,7 +336,7 @@ def test_auto_compiles_kernels_only_for_jobs_that_pay(base, tmp_path):
 def test_rl_loop_benchmark_smoke(tmp_path):
     out = tmp_path / "rl_loop.json"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "rl_loop.py"), "--smoke", "--out", str(out)],
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "rl_loop.py"), "--smoke", "--grpo-late", "--out", str(out)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     result = json.loads(out.read_text())
@@ -251,5 +345,7 @@ def test_rl_loop_benchmark_smoke(tmp_path):
     assert {"generate", "grpo_batch4", "sft"} <= result["details"].keys()  # smoke: 2 tasks x 2 completions
     assert result["details"]["grpo_best"] == "grpo_batch4/static"
     assert result["rollout_tokens_per_s"] == result["details"]["grpo_batch4"]["static"]["rollout_tokens_per_s"]
+    runs = result["details"]["grpo_batch4"]
+    assert runs["static"]["simulations_started_early"] >= 1 and runs["static_late"]["simulations_started_early"] == 0
     assert result["details"]["generate"]["continuous"]["tokens_per_s"] > 0
     assert result["details"]["generate"]["generate"]["tokens_per_s"] > 0

@@ -22,6 +22,7 @@ from pathlib import Path
 from chorus.io import Progress, read_jsonl, write_jsonl
 from chorus.prompts import build_prompt, render_prompt
 from chorus.tasks import Task
+from chorus.training import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +110,11 @@ def resolve_sampler(sampler: str = "auto", device: str | None = None) -> str:
     for `generate` and 528-795 for transformers' continuous batching."""
     import importlib.util
 
-    from chorus.modeling import default_device
-
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {SAMPLERS}, not {sampler!r}")
     if sampler != "auto":
         return sampler
-    if not (device or default_device()).startswith("cuda"):
+    if not resolve_device(device).startswith("cuda"):
         return "generate"
     return "vllm" if importlib.util.find_spec("vllm") is not None else "static"
 
@@ -131,9 +130,9 @@ def _hf_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, b
     pending samples of all tasks, in order, `batch_size` left-padded prompts at a time."""
     import torch
 
-    from chorus.modeling import default_device, load_model_and_tokenizer
+    from chorus.modeling import load_model_and_tokenizer
 
-    device = device or default_device()
+    device = resolve_device(device)
     batch_size = batch_size or (64 if device.startswith("cuda") else 8)
     model, tokenizer = load_model_and_tokenizer(model_dir, device, dtype)
     model.eval()
@@ -183,9 +182,9 @@ def _continuous_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_t
     (`generate_batch`): `batch_size` requests per engine call, scheduled by the engine."""
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
-    from chorus.modeling import default_device, load_model_and_tokenizer
+    from chorus.modeling import load_model_and_tokenizer
 
-    device = device or default_device()
+    device = resolve_device(device)
     batch_size = batch_size or (1024 if device.startswith("cuda") else 16)
     model, tokenizer = load_model_and_tokenizer(model_dir, device, dtype)
     model.eval()
@@ -260,10 +259,12 @@ class StaticDecoder:
         return torch.multinomial(logits.softmax(-1), 1).squeeze(-1)
 
     def generate(self, input_ids, attention_mask, *, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float | None = None, stop_ids=(), pad_id: int = 0):
+                 top_p: float | None = None, stop_ids=(), pad_id: int = 0, on_finished=None):
         """New tokens [batch, <= max_new_tokens] for left-padded prompts; after a stop id a
         row holds `pad_id`. Returns (tokens, lengths): lengths count tokens up to and
-        including the first stop id."""
+        including the first stop id. `on_finished(row, ids)` hears of each row once, with
+        the ids it returns: rows that stop early within 16 steps of their stop id (while
+        the rest decode), the others at the end."""
         import contextlib
 
         torch = self.torch
@@ -289,10 +290,14 @@ class StaticDecoder:
             step_inputs = dict(input_ids=step_ids, position_ids=step_pos, attention_mask=key_valid[:, None, None, :])
             graph, graph_logits = None, None
             side = torch.cuda.Stream() if self.use_graph else None
+            reported = torch.zeros(batch, dtype=torch.bool)
             for step in range(max_new_tokens):
                 next_ids = torch.where(done, torch.full_like(next_ids, pad_id), next_ids)
                 tokens[:, step] = next_ids
                 done |= torch.isin(next_ids, stops)
+                if on_finished is not None and step % 16 == 15:
+                    self._report(tokens[:, : step + 1], done.cpu() & ~reported, set(stop_ids), on_finished)
+                    reported |= done.cpu()
                 if step == max_new_tokens - 1 or (step % 16 == 15 and bool(done.all())):
                     break
                 step_ids.copy_(next_ids[:, None])
@@ -327,7 +332,21 @@ class StaticDecoder:
         first_stop = torch.isin(tokens, stops).int()
         has_stop = first_stop.any(-1)
         lengths = torch.where(has_stop, first_stop.argmax(-1) + 1, torch.full_like(has_stop, emitted, dtype=torch.long))
-        return tokens.cpu(), lengths.cpu()
+        tokens, lengths = tokens.cpu(), lengths.cpu()
+        if on_finished is not None:
+            for row in (~reported).nonzero().flatten().tolist():
+                on_finished(row, tokens[row, : int(lengths[row])].tolist())
+        return tokens, lengths
+
+    @staticmethod
+    def _report(tokens, fresh, stops: set, on_finished) -> None:
+        """on_finished(row, ids up to and including the first stop id) for each `fresh` row."""
+        rows = fresh.nonzero().flatten().tolist()
+        if not rows:
+            return
+        for row, ids in zip(rows, tokens[rows].cpu().tolist()):
+            end = next(i for i, token in enumerate(ids) if token in stops)
+            on_finished(row, ids[: end + 1])
 
 
 def _static_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device, dtype):
@@ -335,9 +354,9 @@ def _static_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_token
     of all tasks, `batch_size` left-padded prompts at a time, seeded like `generate`."""
     import torch
 
-    from chorus.modeling import default_device, load_model_and_tokenizer
+    from chorus.modeling import load_model_and_tokenizer
 
-    device = device or default_device()
+    device = resolve_device(device)
     batch_size = batch_size or (128 if device.startswith("cuda") else 8)
     model, tokenizer = load_model_and_tokenizer(model_dir, device, dtype)
     model.eval()

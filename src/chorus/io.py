@@ -97,15 +97,6 @@ def prepend_pythonpath(path: str) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join([path, *rest])
 
 
-def resolve_device(device: str) -> str:
-    """config `device: auto|cpu|cuda` -> the device this job uses."""
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 class Progress:
     """Progress lines for a job's log: '<what>: 12/40 (30%), 1.8/s, ~16 s left', logged
     at the first and last item and otherwise at most every `every_s` seconds."""

@@ -7,7 +7,7 @@ transformers/TRL trainers read the launcher's variables (RANK, WORLD_SIZE, LOCAL
 and run data-parallel, or sharded with DeepSpeed ZeRO when a DeepSpeed config is given.
 On CPU the ranks talk over gloo (what the tests exercise; no GPU in CI).
 
-    python -m chorus.launch chorus.sft:train_stage job.json   # one rank's entry point
+    python -m chorus.launch chorus.sft:train_stage_job job.json   # one rank's entry point
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def launch(target: str, kwargs: dict, processes: int = 1, *, always_launcher: bo
 def launch_training(target: str, kwargs: dict, settings: dict):
     """A workflow training job: `settings` is the rule's `launch` params (config `device`,
     `deepspeed`, `train_processes`); the device and DeepSpeed config join `kwargs`."""
-    from chorus.io import resolve_device
+    from chorus.training import resolve_device
 
     device = resolve_device(settings["device"])
     use_compile_cache(settings.get("compile_cache"))

@@ -1,6 +1,6 @@
 """Training-free consolidation of RL experts with mergekit.
 
-`write_mergekit_config` builds the YAML-equivalent mapping mergekit documents for each
+`mergekit_config` builds the YAML-equivalent mapping mergekit documents for each
 method; `run_merge` runs it through mergekit's Python API. Task-vector methods
 (task_arithmetic, ties, dare_ties) take the SFT checkpoint the experts started from as
 `base_model`; slerp interpolates exactly two experts with `t`.
@@ -18,7 +18,7 @@ METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "slerp")
 TASK_VECTOR_METHODS = ("task_arithmetic", "ties", "dare_ties")
 
 
-def write_mergekit_config(
+def mergekit_config(
     method: str,
     models: list[str],
     base_model: str | None,

@@ -74,14 +74,16 @@ def train_tokenizer(corpus: list[str], vocab_size: int):
 
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
-# Config shapes of public checkpoints, for random-init throughput runs (no weights).
+# Llama-architecture shapes of Qwen2.5's sizes (parameters ~), for random-init GPU
+# throughput runs where only the architecture matters (benchmarks/gpu_throughput.py,
+# benchmarks/gpu_pipeline.py); the one table of named shapes.
 SHAPES = {
-    "qwen2.5-0.5b": dict(architecture="qwen2", hidden_size=896, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864,
-                         max_position_embeddings=32768, tie_word_embeddings=True),
-    "qwen2.5-1.5b": dict(architecture="qwen2", hidden_size=1536, num_hidden_layers=28,
-                         num_attention_heads=12, num_key_value_heads=2, intermediate_size=8960,
-                         max_position_embeddings=32768, tie_word_embeddings=True),
+    "0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                 intermediate_size=4864, max_position_embeddings=8192, tie_word_embeddings=True),
+    "1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                 intermediate_size=8960, max_position_embeddings=8192, tie_word_embeddings=True),
+    "3b": dict(hidden_size=2048, num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2,
+               intermediate_size=11008, max_position_embeddings=8192, tie_word_embeddings=True),
 }
 # Short names accepted in a shape dict, mapped to the transformers config fields.
 _SHAPE_ALIASES = {
@@ -97,23 +99,37 @@ _SHAPE_ALIASES = {
 }
 
 
+def tiny_model_defaults() -> dict:
+    """The embedded model's shape and seed by default: config `model.tiny`'s defaults in
+    the schema, the one place they are defined."""
+    from chorus.config import fill_defaults
+
+    return fill_defaults({})["model"]["tiny"]
+
+
 def build_tiny_model(
     out_dir: str | Path,
     corpus: list[str],
     *,
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 4,
+    hidden_size: int | None = None,
+    num_layers: int | None = None,
+    num_heads: int | None = None,
     num_kv_heads: int | None = None,
     intermediate_size: int | None = None,
-    vocab_size: int = 1024,
-    max_position_embeddings: int = 2048,
+    vocab_size: int | None = None,
+    max_position_embeddings: int | None = None,
     architecture: str = "llama",
-    seed: int = 0,
+    seed: int | None = None,
 ) -> Path:
     """Train a byte-level BPE tokenizer on `corpus`, build a random-init causal LM
     (`architecture`: llama | qwen2 | qwen3) for it and save both to `out_dir`
-    (safetensors, atomically). Deterministic given the corpus and `seed`."""
+    (safetensors, atomically). Deterministic given the corpus and `seed`. Unset shape
+    fields and seed: tiny_model_defaults (config `model.tiny`)."""
+    given = dict(hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads, vocab_size=vocab_size,
+                 max_position_embeddings=max_position_embeddings, seed=seed)
+    defaults = tiny_model_defaults()
+    hidden_size, num_layers, num_heads, vocab_size, max_position_embeddings, seed = (
+        defaults[k] if v is None else v for k, v in given.items())
     shape = {
         "architecture": architecture,
         "hidden_size": hidden_size,
@@ -170,7 +186,7 @@ def build_model_from_shape(
     out_dir: str | Path, shape: dict | str, tokenizer_dir: str | Path, *, seed: int = 0, dtype="bfloat16"
 ) -> Path:
     """A larger random-init model reusing a local tokenizer, for GPU throughput runs where
-    only the architecture matters. `shape`: a SHAPES name (e.g. "qwen2.5-1.5b") or a dict
+    only the architecture matters. `shape`: a SHAPES name (e.g. "1.5b") or a dict
     of config fields / aliases, with an optional `architecture` (default llama)."""
     import torch
 
@@ -208,21 +224,18 @@ def load_tokenizer(path: str | Path):
     return AutoTokenizer.from_pretrained(path)
 
 
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def load_model_and_tokenizer(path: str | Path, device: str | None = None, dtype=None):
     """(model, tokenizer) from a local folder; device defaults to cuda when available,
-    dtype to bfloat16 on cuda and float32 on cpu."""
+    dtype to the training precision there (chorus.training.precision_flags: bfloat16 on
+    a GPU that has it, float32 on cpu)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    device = device or default_device()
+    from chorus.training import precision_flags, resolve_device
+
+    device = resolve_device(device)
     if dtype is None:
-        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        dtype = torch.bfloat16 if precision_flags(device)["bf16"] else torch.float32
     elif isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     tokenizer = load_tokenizer(path)

@@ -1,10 +1,9 @@
 """Dense-reward RL experts with TRL's GRPOTrainer.
 
-The reward of a completion is the coverage it reaches when simulated with the task's
-design (`SimResult.score`: mean over the targeted metrics of min(achieved/target, 1)),
-or, for the ablation, the binary pass. A second, small reward term checks the answer
-format (a python block that compiles). Rollout completions of one step are simulated
-in parallel sandboxes.
+The rewards (chorus.reward): the coverage a completion reaches in simulation with the
+task's design, or, for the ablation, the binary pass; and a small term for the answer
+format. The work folder, resume, precision and finalize are chorus.training's, shared
+with SFT; `train_expert_job` is the workflow's entry point (scripts/rl.py).
 """
 
 from __future__ import annotations
@@ -13,101 +12,17 @@ import json
 import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from chorus.generate import SAMPLERS
-from chorus.harness import SandboxLimits, prebuild, score_many
+from chorus.harness import SandboxLimits
 from chorus.harness.timeouts import TimeoutPolicy, sandbox_settings
-from chorus.prompts import build_prompt, extract_stimulus
-from chorus.sft import finalize, precision_flags, prepare_work_dir, report_targets, stage_callback
+from chorus.prompts import build_prompt
+from chorus.reward import CoverageReward, format_reward
 from chorus.tasks import Task, load_manifest
+from chorus.training import common_args, finalize, load_trainee, precision_flags, prepare_work_dir, stage_callback
 
 log = logging.getLogger(__name__)
-
-
-def completion_text(completion) -> str:
-    """TRL passes conversational completions as message lists, plain ones as strings."""
-    if isinstance(completion, list):
-        return "".join(m.get("content", "") for m in completion)
-    return completion
-
-
-class CoverageReward:
-    """TRL reward function: `reward(completions, task_id, **kw) -> list[float]`.
-
-    Each completion's stimulus (`extract_stimulus`) is simulated against its task's
-    design by `chorus.harness.score_many` (`workers` sandboxes at once). mode "dense":
-    `SimResult.score` (coverage reached relative to the target, in [0, 1]); mode
-    "binary": 1.0 when the sample passes, else 0.0. `tasks`: a {task_id: Task} mapping or
-    a list of tasks. Every call is recorded in `calls` (wall time, reward statistics,
-    status counts) and, under GRPOTrainer, logged through its `log_metric` hook.
-    `timeouts`: per-task simulation limits from the reference's measured time
-    (chorus.harness.timeouts), measured during the background prebuild.
-    """
-
-    def __init__(self, tasks: dict[str, Task] | list[Task], mode: str = "dense",
-                 workers: int | None = None, limits: SandboxLimits | None = None,
-                 timeouts: TimeoutPolicy | None = None):
-        if mode not in ("dense", "binary"):
-            raise ValueError(f"reward mode must be dense or binary, not {mode!r}")
-        self.tasks = dict(tasks) if isinstance(tasks, dict) else {t.id: t for t in tasks}
-        self.mode = mode
-        self.workers = workers
-        self.limits = limits
-        self.timeouts = timeouts
-        self.__name__ = f"coverage_{mode}"
-        self.calls: list[dict] = []
-        # Compile every design in the background while the trainer loads the model and
-        # generates the first rollouts: cold Verilator builds (seconds each) then stay off
-        # the reward's critical path (score_many waits on a build still in progress).
-        designs = {t.design_hash(): t for t in self.tasks.values()}
-        builds = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chorus-prebuild")
-        self.prebuilds = [builds.submit(prebuild, task, None, limits, timeouts) for task in designs.values()]
-        builds.shutdown(wait=False)
-
-    def __call__(self, completions, task_id, log_metric=None, trainer_state=None, **kwargs) -> list[float]:
-        start = time.perf_counter()
-        items = [(self.tasks[t], extract_stimulus(completion_text(c))) for c, t in zip(completions, task_id)]
-        results = score_many(items, workers=self.workers, limits=self.limits, timeouts=self.timeouts)
-        rewards = [float(r.score) if self.mode == "dense" else float(r.passed) for r in results]
-        statuses: dict[str, int] = {}
-        for r in results:
-            statuses[r.status] = statuses.get(r.status, 0) + 1
-        call = {
-            "step": getattr(trainer_state, "global_step", None),
-            "wall_s": time.perf_counter() - start,
-            "n": len(rewards),
-            "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0,
-            "max_reward": max(rewards, default=0.0),
-            "mean_coverage": sum(r.score for r in results) / len(results) if results else 0.0,
-            "passed": sum(bool(r.passed) for r in results),
-            "statuses": statuses,
-            "sim_s": sum(r.sim_time_s for r in results),
-        }
-        self.calls.append(call)
-        log.info("reward %s: %s", self.__name__, json.dumps(call))
-        if log_metric is not None:
-            log_metric("sim/wall_s", call["wall_s"])
-            log_metric("sim/pass_rate", call["passed"] / max(call["n"], 1))
-            log_metric("sim/mean_coverage", call["mean_coverage"])
-        return rewards
-
-
-def format_reward(completions, **kwargs) -> list[float]:
-    """1 when the completion holds a fenced python block that compiles and uses cocotb,
-    else 0 (weighted by `format_weight` in the total reward)."""
-    rewards = []
-    for completion in completions:
-        text = completion_text(completion)
-        code = extract_stimulus(text)
-        try:
-            compile(code, "stimulus.py", "exec")
-            ok = "```" in text and "cocotb" in code
-        except (SyntaxError, ValueError):
-            ok = False
-        rewards.append(float(ok))
-    return rewards
 
 
 def rl_dataset(tasks: list[Task]):
@@ -156,13 +71,43 @@ def rollout_settings(backend: str = "auto", on_gpu: bool = False, vllm_memory: f
     return {"use_vllm": False, "use_transformers_continuous_batching": backend == "continuous"}
 
 
-def static_rollouts(trainer):
+def start_rewards_early(trainer, coverage: CoverageReward):
+    """Simulate each rollout as soon as it is decoded instead of after the whole batch:
+    wraps the trainer's `_generate` (which knows each row's prompt, hence its task) to
+    start every completion's simulation as generation returns, so they overlap the
+    log-prob passes before TRL calls the rewards; returns an `on_finished(row, ids)` for
+    a sampler that reports rows as they stop (StaticDecoder), whose simulations then
+    overlap the decoding of the longer rows. The rewards are unchanged: the reward call
+    takes the started simulations' results and simulates the rest."""
+    prompt_task = {json.dumps(row["prompt"], sort_keys=True): row["task_id"] for row in trainer.train_dataset}
+    tokenizer = trainer.processing_class
+    batch_tasks: list[str | None] = []
+    generate = trainer._generate
+
+    def generate_and_start(prompts):
+        batch_tasks[:] = [prompt_task.get(json.dumps(p, sort_keys=True)) for p in prompts]
+        output = generate(prompts)
+        for task_id, completion in zip(batch_tasks, output[3]):  # TRL's decoded completions
+            if task_id is not None:
+                coverage.start(task_id, completion)
+        return output
+
+    def on_finished(row: int, ids: list[int]) -> None:
+        if row < len(batch_tasks) and batch_tasks[row] is not None:  # TRL decodes the same way
+            coverage.start(batch_tasks[row], tokenizer.decode(ids, skip_special_tokens=True))
+
+    trainer._generate = generate_and_start
+    return on_finished
+
+
+def static_rollouts(trainer, on_finished=None):
     """Replace the trainer's rollout hook (TRL's `_generate_single_turn`, on the instance)
     by chorus.generate.StaticDecoder: static KV cache, decode step replayed from a CUDA
     graph. Same contract as TRL's plain `generate` path: completion ids up to and
     including the first EOS, no log-probs. Sampling follows the trainer's temperature and
     top_p (top_k, min_p and repetition penalty are not applied). One process per model copy
-    (DDP ranks are fine; not DeepSpeed ZeRO-3, whose weights are sharded)."""
+    (DDP ranks are fine; not DeepSpeed ZeRO-3, whose weights are sharded). `on_finished`:
+    StaticDecoder's hook for rows that stop early (start_rewards_early)."""
     import torch
 
     from chorus.generate import StaticDecoder
@@ -183,7 +128,8 @@ def static_rollouts(trainer):
         try:
             tokens, lengths = StaticDecoder(model).generate(
                 input_ids, mask, max_new_tokens=trainer.max_completion_length, temperature=trainer.temperature,
-                top_p=trainer.top_p, stop_ids=list(trainer.eos_token_ids), pad_id=pad_id)
+                top_p=trainer.top_p, stop_ids=list(trainer.eos_token_ids), pad_id=pad_id,
+                on_finished=on_finished)
         finally:
             model.train(was_training)
         return [row[: int(n)].tolist() for row, n in zip(tokens, lengths)], None
@@ -260,6 +206,7 @@ def train_expert(
     gradient_checkpointing: bool = False,
     rollout_backend: str = "auto",
     sim_timeouts: TimeoutPolicy | None = None,
+    early_rewards: bool = True,
     extra_args: dict | None = None,
 ) -> dict:
     """GRPO from `model_in` on `tasks`; the expert lands in `out_dir` atomically with
@@ -267,11 +214,11 @@ def train_expert(
     and `format_reward` (weight `format_weight`), separate so TRL logs both. `steps`
     optimizer steps (None: `epochs` passes over the tasks); `batch_size` completions per
     device and step, rounded to whole groups of `num_generations`. `rollout_backend`: see
-    rollout_settings; `sim_timeouts`: per-task simulation limits (chorus.harness.timeouts).
+    rollout_settings; `sim_timeouts`: per-task simulation limits (chorus.harness.timeouts);
+    `early_rewards`: simulate each rollout as soon as it is decoded (start_rewards_early).
     The metrics break the run down into generation, reward wait and the rest (log-probs,
     backward, optimizer), with rollout tokens/s and simulations/s. `extra_args` go to
     GRPOConfig as they are."""
-    from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
     from chorus.modeling import load_tokenizer
@@ -281,7 +228,7 @@ def train_expert(
     work_dir, resume_from = prepare_work_dir(out_dir, resume)
     tokenizer = load_tokenizer(model_in)
     flags = precision_flags(device, bf16=bf16, use_cpu=use_cpu)
-    model = AutoModelForCausalLM.from_pretrained(model_in, dtype="bfloat16" if flags["bf16"] else "float32")
+    model = load_trainee(model_in, flags)
     coverage = CoverageReward(tasks, reward, sim_workers, sim_limits, sim_timeouts)
     # the generation batch must hold whole groups of num_generations completions
     batch = max(batch_size, num_generations)
@@ -301,7 +248,8 @@ def train_expert(
         rollout["transformers_continuous_batching_config"] = continuous_batching_kwargs(
             "cpu", longest, max_completion_length, batch * grad_accum)
     config = dict(
-        output_dir=str(work_dir),
+        **common_args(work_dir, flags, save_steps=save_steps, seed=seed, deepspeed_config=deepspeed_config,
+                      gradient_checkpointing=gradient_checkpointing),
         max_steps=steps if steps else -1,
         num_train_epochs=epochs,
         learning_rate=lr,
@@ -312,18 +260,7 @@ def train_expert(
         per_device_train_batch_size=batch,
         gradient_accumulation_steps=grad_accum,
         reward_weights=[1.0, format_weight],
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=save_steps,
-        save_total_limit=2,
-        report_to=report_targets(),
-        seed=seed,
-        data_seed=seed,
-        deepspeed=deepspeed_config,
-        gradient_checkpointing=gradient_checkpointing,
-        dataloader_num_workers=0,
         **rollout,
-        **flags,
     )
     args = GRPOConfig(**{**config, **(extra_args or {})})
     trainer = GRPOTrainer(
@@ -334,15 +271,17 @@ def train_expert(
         processing_class=tokenizer,
         callbacks=[stage_callback()],
     )
+    on_finished = start_rewards_early(trainer, coverage) if early_rewards else None
     if rollout_backend == "static":
-        static_rollouts(trainer)
+        static_rollouts(trainer, on_finished)
     timer = RolloutTimer()
     timer.wrap(trainer)
     trainer.add_callback(timer.callback())
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_from)
     runtime = time.perf_counter() - start
-    reward_wall = sum(c["wall_s"] for c in coverage.calls)
+    reward_wall = sum(c["wall_s"] for c in coverage.calls)  # the wait: simulations started early are off it
+    simulating_s = sum(c["simulating_s"] for c in coverage.calls)
     steps_s = sum(timer.step_s)
     metrics = {
         "model_in": str(model_in),
@@ -365,7 +304,8 @@ def train_expert(
             "rollout_tokens": timer.rollout_tokens,
             "rollout_tokens_per_s": timer.rollout_tokens / timer.generation_s if timer.generation_s else None,
             "simulations": sum(c["n"] for c in coverage.calls),
-            "simulations_per_s": sum(c["n"] for c in coverage.calls) / reward_wall if reward_wall else None,
+            "simulations_started_early": sum(c["started_early"] for c in coverage.calls),
+            "simulations_per_s": (sum(c["n"] for c in coverage.calls) / simulating_s if simulating_s else None),
         },
         "rewards_per_step": reward_log(trainer.state.log_history),
         "reward_calls": coverage.calls,
