@@ -1,6 +1,8 @@
 # chorus-flow: set-up, the embedded default run, and the tests.
 #   make run   install into .venv and run the whole pipeline on the embedded default
 #   make test  install into .venv, start the local Slurm cluster (as root), run the tests
+#   make test-fast  unit tests only (pytest -m "not slow": no Slurm, workflow, simulation,
+#                   Verilator build or training; tests/conftest.py says which are slow)
 #   make experiment [EXPERIMENT=smollm2_h200]          the CHORUS reproduction on this machine's GPU
 #   make experiment-slurm [EXPERIMENT=smollm2_h200]    the same through profiles/slurm
 #   make experiment-publish [EXPERIMENT=smollm2_h200]  its tables, plots, report, wall times
@@ -15,7 +17,7 @@ EXPERIMENT ?= smollm2_h200
 EXPERIMENT_CONFIG := --configfile config/gpu.yaml config/experiments/$(EXPERIMENT).yaml
 PUBLISHED := docs/results/$(EXPERIMENT)
 
-.PHONY: setup run test clean experiment experiment-slurm experiment-publish
+.PHONY: setup run test test-fast clean experiment experiment-slurm experiment-publish
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +50,9 @@ test: setup
 	@if [ "$$(id -u)" = 0 ]; then bash .ci/slurm/start_cluster.sh; \
 	  else echo "not root: no local Slurm cluster, the Slurm tests will be skipped"; fi
 	$(BIN)/python -m pytest -ra --durations=15
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -ra --durations=15 -m "not slow"
 
 clean:
 	rm -rf results .snakemake .cache

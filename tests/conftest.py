@@ -1,4 +1,4 @@
-"""Shared test helpers: repository paths and a Snakemake runner."""
+"""Shared test helpers: repository paths, a Snakemake runner, and the fast/slow split."""
 
 from __future__ import annotations
 
@@ -41,6 +41,41 @@ def run_snakemake(args: list[str], *, cwd: Path = REPO, timeout: int = 1800, che
             f"snakemake {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
         )
     return proc
+
+
+# -- the fast tier: `make test-fast` runs `pytest -m "not slow"` ------------------------
+# slow: a test that starts Slurm or the workflow (dry-runs too), simulates a design in the
+# sandbox, builds with Verilator, trains or samples a model. Whole modules of such tests:
+SLOW_MODULES = {
+    "test_array_score",  # array scoring through the workflow
+    "test_benchmarks_smoke",  # corpus, SFT and evaluation end to end
+    "test_integrity_outputs",  # every test simulates a hostile candidate
+    "test_pipeline_e2e",
+    "test_sandbox",  # every test simulates a hostile candidate
+    "test_slurm",
+    "test_workflow_dag",  # snakemake dry-runs of whole configurations
+    "test_workflow_params",  # runs the workflow, then dry-runs changes
+}
+# ...and fixtures that build, simulate, train or run the workflow: a test using one is slow
+SLOW_FIXTURES = {
+    "cache",  # the simulation tests of the fixture design
+    "local_run",
+    "own_cache",
+    "sft_job",
+    "smollm2",
+    "stages",
+    "two_models",
+    "unprivileged",
+    "verdicts",
+    "verified",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2] if item.module else ""
+        if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

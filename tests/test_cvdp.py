@@ -101,6 +101,7 @@ def test_clock_inputs_are_found_by_name(tmp_path, gf_task, ports, clocks):
     assert clock_inputs(dataclasses.replace(gf_task, rtl_files=(rtl,))) == clocks
 
 
+@pytest.mark.slow
 def test_its_own_solution_passes_and_two_vectors_do_not(gf_task, tmp_path):
     # as model completions through chorus-eval's path: the answer is the fenced block
     rows = [
@@ -116,6 +117,7 @@ def test_its_own_solution_passes_and_two_vectors_do_not(gf_task, tmp_path):
     assert two["cov_average"] < 0.9 and two["score"] < solution["score"]
 
 
+@pytest.mark.slow
 def test_the_average_is_configurable(tmp_path):
     # toggle coverage alone: the solution never toggles the constant polynomial bits
     task = convert_cvdp_jsonl(REAL, tmp_path / "t", average_of={"toggle": ["toggle"]})[0]
@@ -151,12 +153,14 @@ def test_hostile_testbenches_get_a_failed_status(gf_task, tmp_path, attack):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_an_endless_testbench_times_out(gf_task):
     text = TWO_VECTORS.replace("$finish;", "forever begin A = A + 1; #1; end")
     result = score(gf_task, text, limits=SandboxLimits(timeout_s=5))
     assert result.status == "timeout" and not result.passed
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="the read-only filesystem and uid drop need root")
 def test_the_sandbox_holds_when_the_screen_is_bypassed(gf_task, tmp_path, monkeypatch):
     # defence in depth: even unscreened, $system and $fopen outside the folder fail
@@ -262,6 +266,7 @@ def test_task_yaml_answer_language_is_checked(tmp_path, gf_task):
             load_task(folder)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("CHORUS_CVDP_JSONL"), reason="set CHORUS_CVDP_JSONL to a CVDP file")
 def test_a_real_cvdp_file_converts_and_its_solutions_pass(tmp_path):
     """CHORUS_CVDP_JSONL: a non-agentic CVDP file with cid012 rows; with a *with_solutions*
@@ -308,6 +313,7 @@ def _sv_literal(text):
     return '"' + "".join(out) + '"'
 
 
+@pytest.mark.slow
 def test_coverage_forged_in_the_testbench_home_does_not_count(gf_task, monkeypatch):
     """With the screen bypassed ($fopen allowed), a testbench writes a coverage file that
     claims every point of `uut` into its working folder (Verilator's default place), left
@@ -338,6 +344,7 @@ REPLACE_SV_OUTPUTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(REPLACE_SV_OUTPUTS))
 def test_testbench_replacing_its_outputs_hangs_and_leaks_nothing(gf_task, monkeypatch, secret, kind):
     """A testbench running as the scorer's own user (no uid drop), with the screen

@@ -98,6 +98,7 @@ def test_deepspeed_zero_over_two_ranks(sft_job, tmp_path, zero):
     assert any((trained[k] - base[k]).abs().max() > 0 for k in base)
 
 
+@pytest.mark.slow
 def test_a_failing_rank_fails_the_job(tmp_path):
     with pytest.raises(subprocess.CalledProcessError):
         launch("chorus.sft:train_stage", {"model_in": str(tmp_path / "missing"), "dataset_jsonl": "x",
@@ -105,6 +106,7 @@ def test_a_failing_rank_fails_the_job(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_rules_launch_sft_and_rl_with_two_ranks(tmp_path):
     """train_processes: 2 and a ZeRO-2 config -> the sft and rl rules start two DeepSpeed
     ranks each (what `auto` does on a 2-GPU SLURM allocation): metrics record the world

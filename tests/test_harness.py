@@ -77,6 +77,7 @@ def test_concurrent_builders_share_one_build(task, own_cache, tmp_path):
     assert result.status in ("ok", "below_target")  # the other design simulates
 
 
+@pytest.mark.slow
 def test_bad_rtl_is_a_build_error_and_not_rebuilt(tmp_path):
     cache = tmp_path / "cache"
     broken = tmp_path / "fx_counter"

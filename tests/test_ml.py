@@ -189,6 +189,7 @@ def test_stage_data_mixes(tmp_path):
 # --- SFT -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sft_loss_decreases_on_a_fixed_batch(base, tmp_path):
     data = tmp_path / "two.jsonl"
     rows = build_stage_dataset(TRAIN[:2], {"reference": ["easy", "medium", "hard"]}, data)
@@ -237,6 +238,7 @@ class Crash(TrainerCallback):
             raise KeyboardInterrupt("killed")
 
 
+@pytest.mark.slow
 def test_sft_resumes_from_last_checkpoint(base, tmp_path):
     data = tmp_path / "two.jsonl"
     build_stage_dataset(TRAIN[:2], {"format": True}, data)
@@ -289,6 +291,7 @@ def test_coverage_reward_dense_and_binary():
     assert format_reward([ref, "```python\ndef (:\n```", "plain"]) == [1.0, 0.0, 0.0]
 
 
+@pytest.mark.slow
 def test_coverage_reward_compiles_designs_before_the_first_call(tmp_path, monkeypatch):
     """The designs build in the background from the moment the reward exists (while the
     trainer loads and generates), not inside the first reward call."""

@@ -163,6 +163,7 @@ def test_model_base_resolves_presets_folders_and_typos():
         Plan(config)
 
 
+@pytest.mark.slow
 def test_a_preset_is_built_by_the_base_model_rule_and_a_folder_is_not(tmp_path):
     def base_jobs(base):
         config = default_config()

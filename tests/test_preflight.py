@@ -7,6 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from conftest import FIXTURE_TASK, REPO, default_config, run_snakemake, write_config
 from foreign_env import force_old_guard, foreign_python_env
 
@@ -15,6 +17,7 @@ from chorus.cli import score_main
 SHIPPED = REPO / "tasks" / "ecov" / "up_counter"  # the task of the reproduction
 
 
+@pytest.mark.slow
 def test_selfcheck_passes_on_shipped_tasks(capsys):
     assert score_main(["--selfcheck", "--tasks", str(FIXTURE_TASK), str(SHIPPED), "--workers", "2"]) == 0
     assert "selfcheck passed: 4 stimuli of 2 tasks" in capsys.readouterr().err
@@ -45,6 +48,7 @@ def _planted_task_root(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_the_workflow_stops_before_scoring_and_rl_on_a_failed_preflight(tmp_path):
     config = default_config()
     config["tasks"]["root"] = str(_planted_task_root(tmp_path))
@@ -65,6 +69,7 @@ def test_the_workflow_stops_before_scoring_and_rl_on_a_failed_preflight(tmp_path
     assert not (tmp_path / "results" / "models" / "rl").exists()
 
 
+@pytest.mark.slow
 def test_the_preflight_rule_passes_and_records_its_checks(tmp_path):
     import json
 

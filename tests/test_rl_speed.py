@@ -198,6 +198,7 @@ def test_rollout_backends():
         rollout_settings("fast")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["continuous", "static"])
 def test_grpo_rollouts_through_fast_backends_with_breakdown(base, tmp_path, backend):
     tasks = [t for t in TRAIN if t.difficulty == "easy"][:2]
@@ -255,6 +256,7 @@ def _fixture_copy(tmp_path: Path, reference: str | None = None):
 HANG = "import cocotb\n\n@cocotb.test()\nasync def spin(dut):\n    while True:\n        pass\n"
 
 
+@pytest.mark.slow
 def test_per_task_timeout_from_the_reference_stops_a_straggler(tmp_path):
     task = _fixture_copy(tmp_path)
     ceiling = SandboxLimits(timeout_s=60)
@@ -280,6 +282,7 @@ def test_per_task_timeout_from_the_reference_stops_a_straggler(tmp_path):
     assert score(task, task.reference_stimulus.read_text(), limits=ceiling, timeouts=policy).passed
 
 
+@pytest.mark.slow
 def test_no_per_task_limit_without_a_passing_reference(tmp_path):
     task = _fixture_copy(tmp_path, reference="raise RuntimeError('not a testbench')")
     ceiling = SandboxLimits(timeout_s=45)
@@ -289,6 +292,7 @@ def test_no_per_task_limit_without_a_passing_reference(tmp_path):
     assert TimeoutPolicy.from_config({"timeout_factor": 4, "timeout_floor_s": 1}) == TimeoutPolicy(4.0, 1.0)
 
 
+@pytest.mark.slow
 def test_a_reference_cut_off_by_a_lower_ceiling_is_measured_again(tmp_path):
     task = _fixture_copy(tmp_path)
     build = ensure_build(task)
@@ -333,6 +337,7 @@ def test_auto_compiles_kernels_only_for_jobs_that_pay(base, tmp_path):
 # --- the GPU benchmark, smoke mode --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_rl_loop_benchmark_smoke(tmp_path):
     out = tmp_path / "rl_loop.json"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}

@@ -27,6 +27,7 @@ soak = _import_benchmark("soak")
 AS_ROOT = os.geteuid() == 0
 
 
+@pytest.mark.slow
 def test_mixed_candidates_each_get_exactly_their_one_verdict(tmp_path):
     report = soak.soak(50, workers=2, timeout_s=4, out_jsonl=tmp_path / "scores.jsonl")
     assert report["problems"] == []
@@ -59,6 +60,7 @@ def test_the_mix_is_deterministic_and_ids_unique():
     assert len({r["sample_id"] for r in rows}) == 200
 
 
+@pytest.mark.slow
 def test_a_crashed_evaluation_resumes_without_resimulating(tmp_path):
     """A first run died after half the samples, leaving its `.partial` sidecar (and a torn
     last line). The rerun keeps those results and simulates only the rest: to prove it,
@@ -86,6 +88,7 @@ def test_a_crashed_evaluation_resumes_without_resimulating(tmp_path):
     assert soak.leftover_sandbox_processes() == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["busy_loop", "fork", "output_flood", "memory_hog"])
 def test_each_hostile_kind_alone(tmp_path, kind):
     """One kind at a time, so a failure names the kind that broke the scorer."""
@@ -122,6 +125,7 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not AS_ROOT, reason="candidates run under sandbox uids only as root")
 def test_a_killed_scorer_leaves_no_sandbox_process():
     """A preempted evaluation or RL job (SIGKILL) must not leave candidates running."""

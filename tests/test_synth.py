@@ -170,6 +170,7 @@ def test_contamination_check_catches_a_planted_near_duplicate(tmp_path):
     assert report["closest"][0]["train"] == "my_alu"
 
 
+@pytest.mark.slow
 def test_contamination_stops_the_run(tmp_path):
     """prepare_tasks fails (and names the pair) when a train task copies a test task."""
     root = tmp_path / "tasks"
@@ -240,6 +241,7 @@ def test_corpus_listing_moves_with_the_run_folder(tmp_path, monkeypatch, verifie
     assert sorted(load_task(e["dir"]).id for e in entries) == sorted(t.id for t in tasks.values())
 
 
+@pytest.mark.slow
 def test_synth_rules_scatter_in_the_dag(tmp_path):
     config = default_config()
     config["synth"].update(shards=5, train_designs=40, test_designs=10)

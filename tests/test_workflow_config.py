@@ -105,6 +105,7 @@ def test_plan_paths_and_merge_base():
     assert ids[0] == "base/base" and "consolidated/distill" in ids
 
 
+@pytest.mark.slow
 def test_job_resources_come_from_config_resources(tmp_path):
     """config/slurm.yaml sizes the jobs and names the GPU partition (the profile sets
     neither); the rules' memory and runtime are those of the first attempt."""

@@ -2,6 +2,8 @@
 
 import subprocess
 
+import pytest
+
 from conftest import BIN, REPO
 
 
@@ -20,6 +22,7 @@ def test_every_rule_has_log_and_benchmark():
         assert text.count("    log:") == rules and text.count("    benchmark:") == rules, smk.name
 
 
+@pytest.mark.slow
 def test_snakemake_lint_is_clean():
     proc = subprocess.run(
         [str(BIN / "snakemake"), "--lint", "-s", str(REPO / "Snakefile")],
