@@ -272,7 +272,7 @@ def test_a_real_cvdp_file_converts_and_its_solutions_pass(tmp_path):
     """CHORUS_CVDP_JSONL: a non-agentic CVDP file with cid012 rows; with a *with_solutions*
     file every row's own testbench must reach the row's TARGET."""
     tasks = convert_cvdp_jsonl(os.environ["CHORUS_CVDP_JSONL"], tmp_path / "cvdp")
-    assert tasks
+    assert tasks and len({t.id for t in tasks}) == len(tasks)  # one task a row, none lost to a name clash
     solved = [t for t in tasks if t.reference_stimulus is not None]
     failures = {}
     for task in solved:

@@ -51,7 +51,9 @@ def test_build_is_cached_and_keyed_by_design(task, own_cache, tmp_path):
     again = time.monotonic()
     assert ensure_build(task, folder) == build
     warm = time.monotonic() - again
-    assert warm < 0.5 and warm < cold / 10
+    # a ratio, not seconds: on a loaded machine both take longer (benchmarks/synth_build.py
+    # keeps the cache hit's own figure)
+    assert warm < cold / 10
     assert (build / "BUILD_OK").exists() and (build / task.toplevel).exists()
     assert load_points_manifest(build)["line"]  # the design's point universe
     assert oct(build.stat().st_mode & 0o777) == "0o755"  # the sandbox user reads it

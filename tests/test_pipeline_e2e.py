@@ -1,6 +1,8 @@
 """The embedded default pipeline end to end: every stage runs and its outputs make sense."""
 
 import json
+import re
+from pathlib import Path
 
 import pandas as pd
 import yaml
@@ -83,12 +85,43 @@ def test_report_and_benchmarks(local_run):
     )
     html = (local_run / "report.html").read_text(errors="replace")
     assert "per_task_heatmap.png" in html and "overview.html" in html
-    # every rule wrote its benchmark and log
-    assert list((local_run / "results" / "benchmarks").rglob("*.tsv"))
-    stats = json.loads(
-        (local_run / "results" / "data" / "consolidate" / "distill.stats.json").read_text()
-    )
-    assert stats
+    # every job of the run wrote its benchmark (a header and a measurement) and its log
+    jobs = planned_jobs(local_run)
+    assert {rule for rule, _, _ in jobs} >= {"prepare_tasks", "sft", "rl", "merge", "score_shard", "plots"}
+    for rule, benchmark, logs in jobs:
+        if rule == "all":
+            continue
+        assert benchmark, f"rule {rule} declares no benchmark"
+        lines = (local_run / benchmark).read_text().splitlines()
+        assert lines[0].startswith("s\th:m:s") and len(lines) >= 2, (rule, benchmark, lines)
+        assert logs and all((local_run / log).is_file() for log in logs), (rule, logs)
+    # the distillation statistics agree with the data they describe
+    consolidate = local_run / "results" / "data" / "consolidate"
+    stats = json.loads((consolidate / "distill.stats.json").read_text())
+    rows = [json.loads(line) for line in (consolidate / "distill.jsonl").read_text().splitlines()]
+    assert set(stats) == {"verified_samples", "tasks_with_verified", "reference_samples", "per_expert"}
+    assert sorted(Path(folder).name for folder in stats["per_expert"]) == sorted(Plan(default_config()).experts)
+    assert all(0 <= e["kept"] <= e["passing_samples"] for e in stats["per_expert"].values())
+    assert stats["verified_samples"] == sum(e["kept"] for e in stats["per_expert"].values())
+    assert stats["verified_samples"] == sum(r["source"] == "verified" for r in rows)
+    assert stats["tasks_with_verified"] == len({r["task_id"] for r in rows if r["source"] == "verified"})
+    assert stats["reference_samples"] == sum(r["source"] == "reference" for r in rows) > 0  # include_reference
+    assert len(rows) == stats["verified_samples"] + stats["reference_samples"]
+
+
+def planned_jobs(workdir):
+    """(rule, benchmark, logs) of every job of the run in `workdir`, from a forced dry-run
+    (it lists each job's files as the rules declare them, wildcards filled in)."""
+    proc = run_snakemake(["-n", "--forceall", "--directory", str(workdir),
+                          "--configfile", str(workdir / "config.yaml")])
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?(?:rule|checkpoint) \w+:\n)", proc.stdout + proc.stderr):
+        head = re.match(r"(?:local)?(?:rule|checkpoint) (\w+):\n", block)
+        if head:
+            fields = dict(re.findall(r"^    (\w+): (.*)$", block, re.M))
+            logs = [log for log in fields.get("log", "").split(", ") if log]
+            jobs.append((head[1], fields.get("benchmark"), logs))
+    return jobs
 
 
 def test_editing_one_merge_reruns_only_that_merge(local_run, tmp_path):
