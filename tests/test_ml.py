@@ -276,6 +276,7 @@ def test_grpo_expert_with_simulation_reward(stages, tmp_path):
     assert not work_dir_for(tmp_path / "expert").exists()
 
 
+@pytest.mark.slow  # simulates
 def test_coverage_reward_dense_and_binary():
     task = next(t for t in TRAIN if t.id == "up_counter")
     ref = "```python\n" + task.reference_stimulus.read_text() + "```"

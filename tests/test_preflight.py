@@ -23,6 +23,7 @@ def test_selfcheck_passes_on_shipped_tasks(capsys):
     assert "selfcheck passed: 4 stimuli of 2 tasks" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_selfcheck_catches_the_foreign_python_failure(monkeypatch, capsys):
     """The environment of issue 13 (a pytest plugin that imports ctypes): with the guard
     as it was, every reference failed, and the selfcheck says so in one message naming
@@ -52,6 +53,7 @@ def _planted_task_root(tmp_path: Path) -> Path:
 def test_the_workflow_stops_before_scoring_and_rl_on_a_failed_preflight(tmp_path):
     config = default_config()
     config["tasks"]["root"] = str(_planted_task_root(tmp_path))
+    config["synth"]["enabled"] = False  # the preflight is the subject; it needs no corpus (24 builds)
     path = write_config(tmp_path / "config.yaml", config)
     args = ["--cores", "2", "--directory", str(tmp_path), "--configfile", str(path)]
     plan = run_snakemake(["-n", *args])

@@ -11,6 +11,7 @@ from chorus.plan import Plan, replica_group
 from conftest import REPO, default_config, run_snakemake, write_config
 
 
+@pytest.mark.slow  # a snakemake start-up each
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [
