@@ -55,7 +55,8 @@ def test_build_is_cached_and_keyed_by_design(task, own_cache, tmp_path):
     # keeps the cache hit's own figure)
     assert warm < cold / 10
     assert (build / "BUILD_OK").exists() and (build / task.toplevel).exists()
-    assert load_points_manifest(build)["line"]  # the design's point universe
+    points = load_points_manifest(build)  # the design's point universe, every metric declared
+    assert {"line", "branch", "toggle"} <= points.keys() and all(points.values()), points.keys()
     assert oct(build.stat().st_mode & 0o777) == "0o755"  # the sandbox user reads it
     assert build_key(load_task(changed_copy(tmp_path))) != build_key(task)
 

@@ -11,6 +11,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+import yaml  # noqa: E402
 from conftest import TINY_MODEL  # noqa: E402
 from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
 
@@ -326,7 +327,7 @@ def test_linear_merge_is_the_average(two_models, tmp_path):
     assert out.keys() == wa.keys()
     for key in out:
         torch.testing.assert_close(out[key], (wa[key] + wb[key]) / 2)
-    assert (tmp_path / "linear" / "mergekit_config.yml").exists()
+    assert yaml.safe_load((tmp_path / "linear" / "mergekit_config.yml").read_text())["merge_method"] == "linear"
     assert load_tokenizer(tmp_path / "linear").get_vocab() == load_tokenizer(a).get_vocab()
 
 

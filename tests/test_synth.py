@@ -274,7 +274,8 @@ def test_synth_rules_scatter_in_the_dag(tmp_path):
 def test_loader_checks_synthetic_fields(tmp_path, edit, message):
     folder = _write(tmp_path, "counter", 0, "train", 0)
     meta = yaml.safe_load((folder / "task.yaml").read_text())
-    assert load_task(folder).reference_variants  # as written: valid
+    # as written: valid, every variant the generator listed
+    assert meta["variants"] and load_task(folder).reference_variants == tuple(folder / v for v in meta["variants"])
     edit(meta)
     (folder / "task.yaml").write_text(yaml.safe_dump(meta))
     with pytest.raises(TaskFormatError, match=message):
