@@ -5,10 +5,13 @@ SFT model (the H200 run of issue 14 uses the same code with real sizes)."""
 import importlib
 import json
 import sys
+from collections import Counter
 
 import pytest
 
 from conftest import REPO
+
+from chorus.harness import STATUSES
 
 
 def _import_benchmark(name: str):
@@ -43,7 +46,8 @@ def test_sft_synth_smoke_runs_every_phase_and_scores_every_sample(tmp_path):
         assert model["samples_without_verdict"] == 0
         assert sum(model["statuses"].values()) == model["samples"]
         scores = [json.loads(line) for line in (work / f"scores_{name}.jsonl").read_text().splitlines()]
-        assert len(scores) == model["samples"] and all(s["status"] for s in scores)
+        assert len(scores) == model["samples"] and all(s["status"] in STATUSES for s in scores)
+        assert Counter(s["status"] for s in scores) == {k: n for k, n in model["statuses"].items() if n}
         low, high = model["pass@1_ci95"]
         assert 0.0 <= low <= model["pass@1"] <= high <= 1.0
         assert set(model["per_task"]) == {s["task_id"] for s in scores}
