@@ -51,7 +51,7 @@ test: setup
 	  else echo "not root: no local Slurm cluster, the Slurm tests will be skipped"; fi
 	$(BIN)/python -m pytest -ra --durations=15
 
-test-fast: $(STAMP)
+test-fast: setup
 	$(BIN)/python -m pytest -ra --durations=15 -m "not slow"
 
 clean:
