@@ -218,6 +218,7 @@ def test_grpo_rollouts_through_fast_backends_with_breakdown(base, tmp_path, back
     assert 0 < parts["reward_wait_fraction"] < 1
 
 
+@pytest.mark.slow  # simulates
 def test_simulations_started_early_give_the_same_rewards():
     """CoverageReward.start: the call takes the started simulations' results (the same
     rewards as simulating them in the call) and forgets starts the call did not need."""
