@@ -3,9 +3,12 @@ per GPU the job was given (chorus.launch)."""
 
 from chorus.io import script_logging
 from chorus.launch import launch_training
+from chorus.plan import Plan
 
 with script_logging(snakemake):
     stage = snakemake.params.stage
+    # settings that change no result: from the config, not params (editing them re-runs nothing)
+    untracked = Plan(snakemake.config).untracked_settings("sft")
     launch_training(
         "chorus.sft:train_stage",
         dict(
@@ -15,9 +18,8 @@ with script_logging(snakemake):
             epochs=stage["epochs"],
             lr=stage["lr"],
             seed=stage["seed"],
-            # the checkpoint interval changes no result: config, not a param (no re-run)
-            save_steps=snakemake.config["sft"]["save_steps"],
+            save_steps=untracked["save_steps"],
             **snakemake.params.settings,
         ),
-        {**snakemake.params.launch, "compile_cache": snakemake.config["compile_cache"]},
+        {**snakemake.params.launch, "compile_cache": untracked["compile_cache"]},
     )
