@@ -105,6 +105,11 @@ def test_plan_paths_and_merge_base():
     assert ids[0] == "base/base" and "consolidated/distill" in ids
     # a name "{wildcard}" gives the rule's path template
     assert plan.model_dir("sft", "{stage}") == "results/models/sft/{stage}"
+    # one folder level per pool, kind and name (no results/eval/eval/...)
+    assert plan.pool_dir("eval", "rl", "easy_dense") == "results/eval/rl/easy_dense"
+    assert plan.pool_dir() == "results/{pool}/{kind}/{name}"
+    assert plan.pool_files("harvest", plan.harvested(), "per_sample.csv") == [
+        "results/harvest/rl/easy_dense/per_sample.csv", "results/harvest/rl/full_dense/per_sample.csv"]
     assert plan.expert_ids == ["rl/easy_dense", "rl/full_dense"]
 
 

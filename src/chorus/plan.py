@@ -238,10 +238,10 @@ class Plan:
         return f"{self.results}/tasks/cvdp"
 
     def pool_dir(self, pool: str = "{pool}", kind: str = "{kind}", name: str = "{name}") -> str:
-        """A model's samples, score shards and per-sample table in one pool:
-        <results>/eval/<pool>/<kind>/<name>. Without arguments: the wildcard template of the
-        evaluation rules."""
-        return f"{self.results}/eval/{pool}/{kind}/{name}"
+        """A model's samples, score shards and per-sample table in one pool (POOLS):
+        <results>/<pool>/<kind>/<name>, e.g. results/eval/rl/easy_dense. Without
+        arguments: the wildcard template of the evaluation rules."""
+        return f"{self.results}/{pool}/{kind}/{name}"
 
     def pool_files(self, pool: str, models: list[ModelRef], file: str) -> list[str]:
         """One file (per_sample.csv, generations.jsonl) of each model in a pool."""
