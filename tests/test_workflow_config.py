@@ -103,48 +103,6 @@ def test_plan_paths_and_merge_base():
     assert plan.merge_base_stage("linear") == "full"
     ids = [m.id for m in plan.models()]
     assert ids[0] == "base/base" and "consolidated/distill" in ids
-    # a name "{wildcard}" gives the rule's path template
-    assert plan.model_dir("sft", "{stage}") == "results/models/sft/{stage}"
-    # one folder level per pool, kind and name (no results/eval/eval/...)
-    assert plan.pool_dir("eval", "rl", "easy_dense") == "results/eval/rl/easy_dense"
-    assert plan.pool_dir() == "results/{pool}/{kind}/{name}"
-    assert plan.pool_files("harvest", plan.harvested(), "per_sample.csv") == [
-        "results/harvest/rl/easy_dense/per_sample.csv", "results/harvest/rl/full_dense/per_sample.csv"]
-    assert plan.expert_ids == ["rl/easy_dense", "rl/full_dense"]
-
-
-def test_plan_turns_config_into_job_settings():
-    """Threads, resources and params all come from the Plan; settings that change no
-    result (checkpoint interval, compile cache) are left out of the params' settings."""
-    config = default_config()
-    config["resources"]["gpu_job"].update(gpu=2, cpus=12, mem_mb=1000, runtime=30, partition="gpu")
-    config["compile_cache"] = "/shared/cache"
-    plan = Plan(config)
-    assert plan.threads("gpu_job") == 12
-    resources = plan.resources("gpu_job")
-    assert resources["gpu"] == 2 and resources["slurm_partition"] == "gpu"
-    # a retry gets more memory and time
-    assert resources["mem_mb"](None, 1) == 1000 and resources["mem_mb"](None, 3) == 3000
-    assert resources["runtime"](None, 2) == 60
-    assert "gpu" not in plan.resources("light_job") and "slurm_partition" not in plan.resources("light_job")
-    assert plan.base_model_job == "light_job"  # the tiny model
-    assert "compile_cache" not in plan.launch() and plan.launch()["device"] == config["device"]
-    assert "save_steps" not in plan.sft_settings() and "save_steps" not in plan.expert("easy_dense")
-    assert plan.untracked_settings("rl") == {"save_steps": config["rl"]["save_steps"], "compile_cache": "/shared/cache"}
-    assert plan.untracked_settings("sft")["save_steps"] == config["sft"]["save_steps"]
-    assert plan.distill_stage() == {"name": "distill", "epochs": config["consolidate"]["epochs"],
-                                    "lr": config["consolidate"]["lr"], "seed": config["sft"]["seed"]}
-    assert plan.distill_rl_expert()["name"] == "distill_rl"
-    assert plan.pool("harvest") == {"splits": ["train"], "k": config["consolidate"]["samples_per_task"]}
-    assert plan.harvest_settings()["seeds"] == {"easy_dense": plan.eval_seed("rl", "easy_dense"),
-                                               "full_dense": plan.eval_seed("rl", "full_dense")}
-
-
-def test_plan_rejects_unknown_synth_family():
-    config = default_config()
-    config["synth"].update(enabled=True, families=["sequential_nope"])
-    with pytest.raises(ConfigError, match=r"synth.families: .*sequential_nope"):
-        Plan(config)
 
 
 def test_job_resources_come_from_config_resources(tmp_path):
