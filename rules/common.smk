@@ -57,7 +57,7 @@ def task_files():
 def synth_corpus():
     """The synthetic corpus listing when synth is enabled (rules/synth.smk), else none."""
     if config["synth"]["enabled"]:
-        return rules.synth_corpus.output.corpus
+        return [rules.synth_corpus.output.corpus]
     return []
 
 
