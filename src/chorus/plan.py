@@ -19,7 +19,6 @@ from chorus.modeling import GGUF_PRESETS, is_preset
 
 MODEL_KINDS = ("base", "sft", "rl", "merge", "consolidated")
 POOLS = ("eval", "harvest")  # eval: held-out evaluation; harvest: train-task samples for distillation
-JOBS = ("gpu_job", "rl_job", "sim_job", "light_job")  # the sizes of config.resources
 
 
 @dataclass(frozen=True)
@@ -259,7 +258,7 @@ class Plan:
     # cache) the job reads at run time through untracked_settings; job sizes are
     # threads and resources.
     def threads(self, job: str) -> int:
-        """CPUs of a job of size config.resources.<job> (one of JOBS)."""
+        """CPUs of a job of size config.resources.<job> (gpu_job, rl_job, sim_job, light_job)."""
         return self.config["resources"][job]["cpus"]
 
     def resources(self, job: str) -> dict:
