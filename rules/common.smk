@@ -1,5 +1,5 @@
-# Shared names and helpers: the checked config, the plan of models, wildcard constraints,
-# job resources and the input functions the rules share.
+# Shared names: the checked config, its plan (chorus.plan.Plan: models, paths and the
+# settings of every job), wildcard constraints, and every input function of the rules.
 import re
 import sys
 from pathlib import Path
@@ -26,6 +26,8 @@ except ConfigError as error:
 
 PLAN = Plan(config)
 RESULTS = PLAN.results
+# a model's files in an evaluation pool, as a wildcard template
+POOL_DIR = PLAN.pool_dir()
 
 
 def one_of(names):
@@ -42,84 +44,7 @@ wildcard_constraints:
     shard=r"\d+",
 
 
-def job_resources(kind):
-    """Rule resources from config.resources.<kind>, the one source of them (the SLURM
-    profile sets only account and CPU partition). Memory and runtime grow with each
-    retry (attempt 1, 2, ...), so a job killed for either gets more the next time."""
-    spec = config["resources"][kind]
-    resources = {
-        "mem_mb": lambda wildcards, attempt: spec["mem_mb"] * attempt,
-        "runtime": lambda wildcards, attempt: spec["runtime"] * attempt,
-    }
-    if spec["gpu"]:
-        resources["gpu"] = spec["gpu"]
-    if spec["partition"]:
-        resources["slurm_partition"] = spec["partition"]
-    return resources
-
-
-def job_threads(kind):
-    return config["resources"][kind]["cpus"]
-
-
-def training_launch():
-    """How a training job starts (chorus.launch): settings that change the result.
-    compile_cache (a cache folder) is read by the scripts from the config instead, so
-    moving it re-runs nothing."""
-    return {
-        "device": config["device"],
-        "deepspeed": config["deepspeed"],
-        "processes": config["train_processes"],
-    }
-
-
-def sft_settings():
-    """Batch settings shared by the SFT stages and the consolidation SFT. save_steps
-    (the checkpoint interval) is not among them: it changes no result, so the scripts
-    read it from the config and editing it re-runs nothing."""
-    sft = config["sft"]
-    return {
-        "batch_size": sft["batch_size"],
-        "grad_accum": sft["grad_accum"],
-        "max_length": config["max_length"],
-        "attn": sft["attention"],
-        "liger": sft["liger_kernel"],
-        "compile_min_flops": sft["compile_min_flops"],
-    }
-
-
-def sandbox_limits():
-    """The per-candidate simulation limits, per-task timeouts included (they can change a score); simulation.shards
-    only splits the work and is no param of the training or generation rules."""
-    keys = (
-        "timeout_s",
-        "mem_mb",
-        "build_timeout_s",
-        "timeout_factor",
-        "timeout_floor_s",
-    )
-    return {k: config["simulation"][k] for k in keys}
-
-
-def sampling_settings():
-    """Generation settings of the eval pool (pass_at, include_base: report only)."""
-    return {
-        k: config["eval"][k]
-        for k in ("temperature", "top_p", "max_new_tokens", "sampler")
-    }
-
-
-def harvest_settings():
-    """What decides the harvest pool's scored samples besides the experts: the rules that
-    use them with ancient() inputs take these as params instead."""
-    return {
-        "pool": pool_settings("harvest"),
-        "sampling": sampling_settings(),
-        "seeds": {e: PLAN.eval_seed("rl", e) for e in PLAN.experts},
-        "limits": sandbox_limits(),
-    }
-
-
+# -- inputs that do not depend on wildcards ----------------------------------------------
 def task_files():
     """Every file of the task source: editing a task re-runs what depends on it."""
     if config["tasks"]["source"] == "cvdp":
@@ -132,10 +57,11 @@ def task_files():
 def synth_corpus():
     """The synthetic corpus listing when synth is enabled (rules/synth.smk), else none."""
     if config["synth"]["enabled"]:
-        return [f"{RESULTS}/synth/corpus.json"]
+        return [rules.synth_corpus.output.corpus]
     return []
 
 
+# -- input functions (wildcards -> the files a job reads) --------------------------------
 def model_dir(wildcards):
     return PLAN.model_dir(wildcards.kind, wildcards.name)
 
@@ -148,9 +74,21 @@ def sft_input_model(wildcards):
     return PLAN.model_dir("sft", previous)
 
 
-def pool_settings(pool):
-    """Splits and samples per task: eval samples the held-out splits, harvest the
-    train tasks for distillation."""
-    if pool == "eval":
-        return {"splits": config["eval"]["splits"], "k": config["eval"]["k"]}
-    return {"splits": ["train"], "k": config["consolidate"]["samples_per_task"]}
+def expert_input_model(wildcards):
+    """An RL expert starts from the SFT stage it names."""
+    return PLAN.model_dir("sft", PLAN.expert(wildcards.expert)["from_stage"])
+
+
+def merged_experts(wildcards):
+    return [PLAN.model_dir("rl", e) for e in PLAN.merge_experts(wildcards.merge)]
+
+
+def merge_base_model(wildcards):
+    """The SFT checkpoint the merge takes task vectors against."""
+    return PLAN.model_dir("sft", PLAN.merge_base_stage(wildcards.merge))
+
+
+def score_shards(wildcards):
+    """Every score shard of one model in one pool."""
+    pool_dir = PLAN.pool_dir(wildcards.pool, wildcards.kind, wildcards.name)
+    return [f"{pool_dir}/scores/shard{shard}.jsonl" for shard in PLAN.shards()]

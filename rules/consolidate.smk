@@ -2,9 +2,6 @@
 # the train tasks, keep the samples the simulator verified as passing, and fine-tune one
 # model on their union (distillation), optionally followed by RL.
 
-CONSOLIDATE = config["consolidate"]
-DISTILLED = CONSOLIDATE["name"]
-
 
 # The settings that decide the harvest samples, as a file: consolidate_data depends on it
 # instead of on the harvest tables' modification times (see there).
@@ -17,11 +14,11 @@ rule harvest_settings:
         f"{RESULTS}/benchmarks/harvest_settings.tsv"
     conda:
         "../envs/chorus.yaml"
-    threads: 1
+    threads: PLAN.threads("light_job")
     resources:
-        **job_resources("light_job"),
+        **PLAN.resources("light_job"),
     params:
-        settings=harvest_settings(),
+        settings=PLAN.harvest_settings(),
     script:
         "../scripts/record_settings.py"
 
@@ -32,35 +29,27 @@ rule harvest_settings:
 # change would not: Snakemake skips the params of jobs downstream of a re-run job.)
 rule consolidate_data:
     input:
-        tables=ancient(
-            expand(
-                f"{RESULTS}/eval/harvest/rl/{{expert}}/per_sample.csv",
-                expert=PLAN.experts,
-            )
-        ),
+        tables=ancient(PLAN.pool_files("harvest", PLAN.harvested(), "per_sample.csv")),
         generations=ancient(
-            expand(
-                f"{RESULTS}/eval/harvest/rl/{{expert}}/generations.jsonl",
-                expert=PLAN.experts,
-            )
+            PLAN.pool_files("harvest", PLAN.harvested(), "generations.jsonl")
         ),
-        experts=[PLAN.model_dir("rl", e) for e in PLAN.experts],
+        experts=[PLAN.model_dir(m.kind, m.name) for m in PLAN.harvested()],
         harvest_settings=rules.harvest_settings.output.settings,
         manifest=rules.prepare_tasks.output.manifest,
     output:
-        data=f"{RESULTS}/data/consolidate/{DISTILLED}.jsonl",
-        stats=f"{RESULTS}/data/consolidate/{DISTILLED}.stats.json",
+        data=f"{RESULTS}/data/consolidate/{PLAN.distilled}.jsonl",
+        stats=f"{RESULTS}/data/consolidate/{PLAN.distilled}.stats.json",
     log:
         f"{RESULTS}/logs/consolidate_data.log",
     benchmark:
         f"{RESULTS}/benchmarks/consolidate_data.tsv"
     conda:
         "../envs/chorus.yaml"
-    threads: 1
+    threads: PLAN.threads("light_job")
     resources:
-        **job_resources("light_job"),
+        **PLAN.resources("light_job"),
     params:
-        include_reference=CONSOLIDATE["include_reference"],
+        include_reference=config["consolidate"]["include_reference"],
     script:
         "../scripts/consolidate_data.py"
 
@@ -70,25 +59,20 @@ rule consolidate_sft:
         model=PLAN.model_dir("sft", PLAN.consolidate_base_stage),
         data=rules.consolidate_data.output.data,
     output:
-        model=directory(PLAN.model_dir("consolidated", DISTILLED)),
+        model=directory(PLAN.model_dir("consolidated", PLAN.distilled)),
     log:
         f"{RESULTS}/logs/consolidate_sft.log",
     benchmark:
         f"{RESULTS}/benchmarks/consolidate_sft.tsv"
     conda:
         "../envs/chorus.yaml"
-    threads: job_threads("gpu_job")
+    threads: PLAN.threads("gpu_job")
     resources:
-        **job_resources("gpu_job"),
+        **PLAN.resources("gpu_job"),
     params:
-        stage={
-            "name": DISTILLED,
-            "epochs": CONSOLIDATE["epochs"],
-            "lr": CONSOLIDATE["lr"],
-            "seed": config["sft"]["seed"],
-        },
-        settings=sft_settings(),
-        launch=training_launch(),
+        stage=PLAN.distill_stage(),
+        settings=PLAN.sft_settings(),
+        launch=PLAN.launch(),
     script:
         "../scripts/sft.py"
 
@@ -100,19 +84,19 @@ rule consolidate_rl:
         # ancient: the preflight must pass first, but re-running it re-trains nothing
         preflight=ancient(rules.preflight.output.report),
     output:
-        model=directory(PLAN.model_dir("consolidated", f"{DISTILLED}_rl")),
+        model=directory(PLAN.model_dir("consolidated", f"{PLAN.distilled}_rl")),
     log:
         f"{RESULTS}/logs/consolidate_rl.log",
     benchmark:
         f"{RESULTS}/benchmarks/consolidate_rl.tsv"
     conda:
         "../envs/chorus.yaml"
-    threads: job_threads("rl_job")
+    threads: PLAN.threads("rl_job")
     resources:
-        **job_resources("rl_job"),
+        **PLAN.resources("rl_job"),
     params:
-        expert={**PLAN.expert(PLAN.experts[0]), "name": f"{DISTILLED}_rl"},
-        simulation=sandbox_limits(),
-        launch=training_launch(),
+        expert=PLAN.distill_rl_expert(),
+        simulation=PLAN.sandbox_limits(),
+        launch=PLAN.launch(),
     script:
         "../scripts/rl.py"

@@ -17,13 +17,13 @@ rule prepare_tasks:
         f"{RESULTS}/benchmarks/prepare_tasks.tsv"
     conda:
         "../envs/chorus.yaml"
-    threads: 1
+    threads: PLAN.threads("light_job")
     resources:
-        **job_resources("light_job"),
+        **PLAN.resources("light_job"),
     params:
         tasks=config["tasks"],
         contamination_threshold=config["synth"]["contamination_threshold"],
-        converted_dir=f"{RESULTS}/tasks/cvdp",
+        converted_dir=PLAN.converted_tasks_dir,
     script:
         "../scripts/prepare_tasks.py"
 
@@ -32,7 +32,7 @@ rule build_base_model:
     input:
         manifest=rules.prepare_tasks.output.manifest,
     output:
-        model=directory(f"{RESULTS}/models/base"),
+        model=directory(PLAN.built_base_dir),
     log:
         f"{RESULTS}/logs/build_base_model.log",
     benchmark:
@@ -41,8 +41,7 @@ rule build_base_model:
         "../envs/chorus.yaml"
     threads: 1
     resources:
-        # converting a preset holds the dequantized model (Gemma-3-270M: 3.3 GB peak)
-        **job_resources("sim_job" if config["model"]["base"] else "light_job"),
+        **PLAN.resources(PLAN.base_model_job),
     params:
         tiny=config["model"]["tiny"],
         preset=config["model"]["base"],
@@ -61,9 +60,9 @@ rule sft_data:
         f"{RESULTS}/benchmarks/sft_data/{{stage}}.tsv"
     conda:
         "../envs/chorus.yaml"
-    threads: 1
+    threads: PLAN.threads("light_job")
     resources:
-        **job_resources("light_job"),
+        **PLAN.resources("light_job"),
     params:
         mix=lambda wc: PLAN.stage(wc.stage)["mix"],
     script:

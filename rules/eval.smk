@@ -9,19 +9,19 @@ rule generate:
         model=model_dir,
         manifest=rules.prepare_tasks.output.manifest,
     output:
-        generations=f"{RESULTS}/eval/{{pool}}/{{kind}}/{{name}}/generations.jsonl",
+        generations=f"{POOL_DIR}/generations.jsonl",
     log:
         f"{RESULTS}/logs/generate/{{pool}}/{{kind}}/{{name}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/generate/{{pool}}/{{kind}}/{{name}}.tsv"
     conda:
         "../envs/chorus.yaml"
-    threads: job_threads("gpu_job")
+    threads: PLAN.threads("gpu_job")
     resources:
-        **job_resources("gpu_job"),
+        **PLAN.resources("gpu_job"),
     params:
-        pool=lambda wc: pool_settings(wc.pool),
-        sampling=sampling_settings(),
+        pool=lambda wc: PLAN.pool(wc.pool),
+        sampling=PLAN.sampling(),
         seed=lambda wc: PLAN.eval_seed(wc.kind, wc.name),
         device=config["device"],
     script:
@@ -35,42 +35,39 @@ rule score_shard:
         # ancient: the preflight must pass first, but re-running it re-trains nothing
         preflight=ancient(rules.preflight.output.report),
     output:
-        scores=f"{RESULTS}/eval/{{pool}}/{{kind}}/{{name}}/scores/shard{{shard}}.jsonl",
+        scores=f"{POOL_DIR}/scores/shard{{shard}}.jsonl",
     log:
         f"{RESULTS}/logs/score/{{pool}}/{{kind}}/{{name}}/shard{{shard}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/score/{{pool}}/{{kind}}/{{name}}/shard{{shard}}.tsv"
     conda:
         "../envs/simulation.yaml"
-    threads: job_threads("sim_job")
+    threads: PLAN.threads("sim_job")
     resources:
-        **job_resources("sim_job"),
+        **PLAN.resources("sim_job"),
     params:
         shard=lambda wc: int(wc.shard),
         num_shards=config["simulation"]["shards"],
-        limits=sandbox_limits(),
+        limits=PLAN.sandbox_limits(),
     script:
         "../scripts/score_shard.py"
 
 
 rule gather_scores:
     input:
-        shards=expand(
-            f"{RESULTS}/eval/{{{{pool}}}}/{{{{kind}}}}/{{{{name}}}}/scores/shard{{shard}}.jsonl",
-            shard=PLAN.shards(),
-        ),
+        shards=score_shards,
         generations=rules.generate.output.generations,
     output:
-        table=f"{RESULTS}/eval/{{pool}}/{{kind}}/{{name}}/per_sample.csv",
+        table=f"{POOL_DIR}/per_sample.csv",
     log:
         f"{RESULTS}/logs/gather/{{pool}}/{{kind}}/{{name}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/gather/{{pool}}/{{kind}}/{{name}}.tsv"
     conda:
         "../envs/chorus.yaml"
-    threads: 1
+    threads: PLAN.threads("light_job")
     resources:
-        **job_resources("light_job"),
+        **PLAN.resources("light_job"),
     params:
         model=lambda wc: f"{wc.kind}/{wc.name}",
     script:

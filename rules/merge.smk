@@ -5,21 +5,19 @@
 
 rule merge:
     input:
-        experts=lambda wc: [
-            PLAN.model_dir("rl", e) for e in PLAN.merge_experts(wc.merge)
-        ],
-        base=lambda wc: PLAN.model_dir("sft", PLAN.merge_base_stage(wc.merge)),
+        experts=merged_experts,
+        base=merge_base_model,
     output:
-        model=directory(f"{RESULTS}/models/merge/{{merge}}"),
+        model=directory(PLAN.model_dir("merge", "{merge}")),
     log:
         f"{RESULTS}/logs/merge/{{merge}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/merge/{{merge}}.tsv"
     conda:
         "../envs/merge.yaml"
-    threads: job_threads("gpu_job")
+    threads: PLAN.threads("gpu_job")
     resources:
-        **job_resources("gpu_job"),
+        **PLAN.resources("gpu_job"),
     params:
         strategy=lambda wc: PLAN.merge(wc.merge),
         device=config["device"],

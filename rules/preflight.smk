@@ -17,10 +17,10 @@ rule preflight:
     priority: 100
     conda:
         "../envs/simulation.yaml"
-    threads: job_threads("sim_job")
+    threads: PLAN.threads("sim_job")
     resources:
-        **job_resources("sim_job"),
+        **PLAN.resources("sim_job"),
     params:
-        simulation=sandbox_limits(),
+        simulation=PLAN.sandbox_limits(),
     script:
         "../scripts/preflight.py"

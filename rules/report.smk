@@ -5,10 +5,7 @@
 
 rule aggregate:
     input:
-        tables=expand(
-            f"{RESULTS}/eval/eval/{{model}}/per_sample.csv",
-            model=[m.id for m in PLAN.models()],
-        ),
+        tables=PLAN.pool_files("eval", PLAN.models(), "per_sample.csv"),
         manifest=rules.prepare_tasks.output.manifest,
     output:
         per_task=f"{RESULTS}/tables/per_task_pass1.csv",
@@ -21,13 +18,13 @@ rule aggregate:
         f"{RESULTS}/benchmarks/aggregate.tsv"
     conda:
         "../envs/report.yaml"
-    threads: 1
+    threads: PLAN.threads("light_job")
     resources:
-        **job_resources("light_job"),
+        **PLAN.resources("light_job"),
     params:
         pass_at=config["eval"]["pass_at"],
         bootstrap=config["eval"]["bootstrap"],
-        experts=[f"rl/{e}" for e in PLAN.experts],
+        experts=PLAN.expert_ids,
     script:
         "../scripts/aggregate.py"
 
@@ -71,11 +68,11 @@ rule report_tables:
         f"{RESULTS}/benchmarks/report_tables.tsv"
     conda:
         "../envs/report.yaml"
-    threads: 1
+    threads: PLAN.threads("light_job")
     resources:
-        **job_resources("light_job"),
+        **PLAN.resources("light_job"),
     params:
-        experts=[f"rl/{e}" for e in PLAN.experts],
+        experts=PLAN.expert_ids,
         k=config["eval"]["k"],
     script:
         "../scripts/report_tables.py"
@@ -114,11 +111,11 @@ rule plots:
         f"{RESULTS}/benchmarks/plots.tsv"
     conda:
         "../envs/report.yaml"
-    threads: 1
+    threads: PLAN.threads("light_job")
     resources:
-        **job_resources("light_job"),
+        **PLAN.resources("light_job"),
     params:
-        experts=[f"rl/{e}" for e in PLAN.experts],
+        experts=PLAN.expert_ids,
         stages=PLAN.stages,
         rl=PLAN.expert_replicas,
     script:

@@ -7,19 +7,19 @@ rule sft:
         model=sft_input_model,
         data=rules.sft_data.output.data,
     output:
-        model=directory(f"{RESULTS}/models/sft/{{stage}}"),
+        model=directory(PLAN.model_dir("sft", "{stage}")),
     log:
         f"{RESULTS}/logs/sft/{{stage}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/sft/{{stage}}.tsv"
     conda:
         "../envs/chorus.yaml"
-    threads: job_threads("gpu_job")
+    threads: PLAN.threads("gpu_job")
     resources:
-        **job_resources("gpu_job"),
+        **PLAN.resources("gpu_job"),
     params:
         stage=lambda wc: PLAN.stage(wc.stage),
-        settings=sft_settings(),
-        launch=training_launch(),
+        settings=PLAN.sft_settings(),
+        launch=PLAN.launch(),
     script:
         "../scripts/sft.py"

@@ -2,11 +2,7 @@
 # `synth.shards` independent jobs (on SLURM, one sbatch job each, running in parallel),
 # then gathered into one corpus listing; prepare_tasks adds the corpus to the task set.
 
-SYNTH = config["synth"]
-if SYNTH["enabled"]:
-    from chorus.synth.corpus import split_families
-
-    split_families(SYNTH)  # an unknown family name stops the run at start-up
+SYNTH = config["synth"]  # the Plan checked its family names at start-up
 
 
 rule synth_shard:
@@ -19,9 +15,9 @@ rule synth_shard:
         f"{RESULTS}/benchmarks/synth/shard{{shard}}.tsv"
     conda:
         "../envs/simulation.yaml"
-    threads: job_threads("sim_job")
+    threads: PLAN.threads("sim_job")
     resources:
-        **job_resources("sim_job"),
+        **PLAN.resources("sim_job"),
     params:
         synth=SYNTH,
         shard=lambda wc: int(wc.shard),
@@ -31,14 +27,8 @@ rule synth_shard:
 
 rule synth_corpus:
     input:
-        stats=expand(
-            f"{RESULTS}/synth/shards/shard{{shard}}.json",
-            shard=range(SYNTH["shards"]),
-        ),
-        tasks=expand(
-            f"{RESULTS}/synth/shards/shard{{shard}}",
-            shard=range(SYNTH["shards"]),
-        ),
+        stats=expand(rules.synth_shard.output.stats, shard=PLAN.synth_shards()),
+        tasks=expand(rules.synth_shard.output.tasks, shard=PLAN.synth_shards()),
     output:
         corpus=f"{RESULTS}/synth/corpus.json",
     log:
@@ -47,8 +37,8 @@ rule synth_corpus:
         f"{RESULTS}/benchmarks/synth/corpus.tsv"
     conda:
         "../envs/chorus.yaml"
-    threads: 1
+    threads: PLAN.threads("light_job")
     resources:
-        **job_resources("light_job"),
+        **PLAN.resources("light_job"),
     script:
         "../scripts/synth_corpus.py"

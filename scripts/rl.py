@@ -3,18 +3,20 @@ reward is the coverage reached in simulation."""
 
 from chorus.io import script_logging
 from chorus.launch import launch_training
+from chorus.plan import Plan
 
 with script_logging(snakemake):
+    # settings that change no result: from the config, not params (editing them re-runs nothing)
+    untracked = Plan(snakemake.config).untracked_settings("rl")
     launch_training(
         "chorus.rl:train_expert_job",
         dict(
             model_in=snakemake.input.model,
             manifest=snakemake.input.manifest,
             out_dir=snakemake.output.model,
-            # the checkpoint interval changes no result: config, not a param (no re-run)
-            expert={**snakemake.params.expert, "save_steps": snakemake.config["rl"]["save_steps"]},
+            expert={**snakemake.params.expert, "save_steps": untracked["save_steps"]},
             simulation=snakemake.params.simulation,
             job_cpus=snakemake.threads,
         ),
-        {**snakemake.params.launch, "compile_cache": snakemake.config["compile_cache"]},
+        {**snakemake.params.launch, "compile_cache": untracked["compile_cache"]},
     )

@@ -13,6 +13,7 @@ from conftest import FIXTURE_TASK, REPO, default_config, run_snakemake, write_co
 from foreign_env import force_old_guard, foreign_python_env
 
 from chorus.cli import score_main
+from chorus.plan import POOLS
 
 SHIPPED = REPO / "tasks" / "ecov" / "up_counter"  # the task of the reproduction
 
@@ -67,7 +68,8 @@ def test_the_workflow_stops_before_scoring_and_rl_on_a_failed_preflight(tmp_path
     assert output.count("preflight failed:") == 1  # one message, not one per job
     for rule in ("score_shard", "rl", "consolidate_rl", "generate"):
         assert f"rule {rule}:" not in output and f"localrule {rule}:" not in output, rule
-    assert not list((tmp_path / "results").glob("eval/*/*/*/scores/*"))
+    for pool in POOLS:
+        assert not list((tmp_path / "results" / pool).glob("*/*/scores/*")), pool
     assert not (tmp_path / "results" / "models" / "rl").exists()
 
 

@@ -1,5 +1,6 @@
 """Settings that change no result (shards, checkpoint interval, compile cache, report
-options) must not re-run training or generation; settings that do change results must.
+options, job sizes and threads) must not re-run training or generation; settings that do
+change results must. The rules' params hold only the latter (chorus.plan.Plan).
 
 A finished run is stood in for by `snakemake --touch` over placeholder outputs: Snakemake
 then records every job's params as if it had run, which is what its params trigger
@@ -58,8 +59,9 @@ def finished(tmp_path_factory):
         lambda c: c.update(compile_cache="/elsewhere/cache"),
         lambda c: c["eval"].update(pass_at=[1]),
         lambda c: c["resources"]["gpu_job"].update(mem_mb=9999, partition="gpu"),
+        lambda c: [c["resources"][job].update(cpus=3) for job in ("gpu_job", "rl_job", "sim_job", "light_job")],
     ],
-    ids=["shards", "sft.save_steps", "rl.save_steps", "compile_cache", "pass_at", "resources"],
+    ids=["shards", "sft.save_steps", "rl.save_steps", "compile_cache", "pass_at", "resources", "threads"],
 )
 def test_settings_without_effect_on_results_rerun_no_training(finished, change):
     workdir, config = finished

@@ -1,9 +1,11 @@
-"""The workflow's plan: which models exist and where they live, derived from the config.
+"""The workflow's plan: the config turned into models, paths and job settings.
 
-The Snakefile and its rules ask this module for names and paths so that the job graph
-(SFT stages x RL experts x merge strategies x evaluated models) is defined in one place.
-Checks that a JSON schema cannot express (cross references between sections) live here
-too, so a bad config fails at start-up with a message naming the key.
+The Snakefile and its rules ask this module for names, paths and the settings of each job
+(threads, resources, params), and the job scripts ask it for the settings they read at
+run time, so the job graph (SFT stages x RL experts x merge strategies x evaluated models)
+and what each job is given are defined in one place. Checks that a JSON schema cannot
+express (cross references between sections) live here too, so a bad config fails at
+start-up with a message naming the key.
 """
 
 from __future__ import annotations
@@ -101,6 +103,13 @@ class Plan:
             raise ConfigError(
                 f"consolidate.base_stage: {self.consolidate_base_stage!r} is not an sft stage"
             )
+        if self.config["synth"]["enabled"]:
+            from chorus.synth.corpus import split_families
+
+            try:
+                split_families(self.config["synth"])
+            except ValueError as error:
+                raise ConfigError(f"synth.families: {error}") from None
 
     # -- lookups ----------------------------------------------------------------------
     def stage(self, name: str) -> dict:
@@ -171,14 +180,23 @@ class Plan:
         return self.config["consolidate"]["base_stage"] or self.stages[-1]
 
     @property
+    def distilled(self) -> str:
+        """Name of the distilled model (consolidate.name); its RL follow-up: <name>_rl."""
+        return self.config["consolidate"]["name"]
+
+    @property
     def consolidated_names(self) -> list[str]:
         if not self.consolidate_enabled:
             return []
-        name = self.config["consolidate"]["name"]
-        names = [name]
+        names = [self.distilled]
         if self.config["consolidate"]["rl_after"]:
-            names.append(f"{name}_rl")
+            names.append(f"{self.distilled}_rl")
         return names
+
+    @property
+    def expert_ids(self) -> list[str]:
+        """The configured experts as model ids (rl/<expert>): the report's expert columns."""
+        return [ModelRef("rl", e).id for e in self.experts]
 
     # -- models and their paths -------------------------------------------------------
     def models(self) -> list[ModelRef]:
@@ -192,14 +210,150 @@ class Plan:
         refs += [ModelRef("consolidated", c) for c in self.consolidated_names]
         return refs
 
+    def harvested(self) -> list[ModelRef]:
+        """The models the harvest pool samples for distillation: the configured experts."""
+        return [ModelRef("rl", e) for e in self.experts]
+
     def model_dir(self, kind: str, name: str) -> str:
+        """A model's folder, <results>/models/<kind>/<name>; a name "{wildcard}" gives the
+        rule's path template. The base model: a local folder as configured, else the
+        folder the build_base_model rule writes."""
         if kind == "base":
             external = self.config["model"]["base"]
             # null (the tiny model) and presets are built by the build_base_model rule
-            return external if external and not is_preset(external) else f"{self.results}/models/base"
+            return external if external and not is_preset(external) else self.built_base_dir
         if kind not in MODEL_KINDS:
             raise ConfigError(f"unknown model kind {kind!r}")
         return f"{self.results}/models/{kind}/{name}"
 
+    @property
+    def built_base_dir(self) -> str:
+        """Where build_base_model writes the tiny model or the converted preset."""
+        return f"{self.results}/models/base"
+
+    @property
+    def converted_tasks_dir(self) -> str:
+        """Where prepare_tasks writes the task folders converted from a CVDP JSONL."""
+        return f"{self.results}/tasks/cvdp"
+
+    def pool_dir(self, pool: str = "{pool}", kind: str = "{kind}", name: str = "{name}") -> str:
+        """A model's samples, score shards and per-sample table in one pool (POOLS):
+        <results>/<pool>/<kind>/<name>, e.g. results/eval/rl/easy_dense. Without
+        arguments: the wildcard template of the evaluation rules."""
+        return f"{self.results}/{pool}/{kind}/{name}"
+
+    def pool_files(self, pool: str, models: list[ModelRef], file: str) -> list[str]:
+        """One file (per_sample.csv, generations.jsonl) of each model in a pool."""
+        return [f"{self.pool_dir(pool, m.kind, m.name)}/{file}" for m in models]
+
     def shards(self) -> list[int]:
         return list(range(self.config["simulation"]["shards"]))
+
+    def synth_shards(self) -> list[int]:
+        return list(range(self.config["synth"]["shards"]))
+
+    # -- job settings -----------------------------------------------------------------
+    # Rule params hold only settings that change a job's result: Snakemake re-runs a job
+    # whose params changed. Settings that change none (checkpoint interval, compile
+    # cache) the job reads at run time through untracked_settings; job sizes are
+    # threads and resources.
+    def threads(self, job: str) -> int:
+        """CPUs of a job of size config.resources.<job> (gpu_job, rl_job, sim_job, light_job)."""
+        return self.config["resources"][job]["cpus"]
+
+    def resources(self, job: str) -> dict:
+        """Rule resources from config.resources.<job>, the one source of them (the SLURM
+        profile sets only account and CPU partition). Memory and runtime grow with each
+        retry (Snakemake's attempt 1, 2, ...), so a job killed for either gets more the
+        next time."""
+        spec = self.config["resources"][job]
+        resources = {
+            "mem_mb": lambda wildcards, attempt: spec["mem_mb"] * attempt,
+            "runtime": lambda wildcards, attempt: spec["runtime"] * attempt,
+        }
+        if spec["gpu"]:
+            resources["gpu"] = spec["gpu"]
+        if spec["partition"]:
+            resources["slurm_partition"] = spec["partition"]
+        return resources
+
+    @property
+    def base_model_job(self) -> str:
+        """Size of the build_base_model job: converting a preset holds the dequantized
+        model (Gemma-3-270M: 3.3 GB peak), building the tiny model is small."""
+        return "sim_job" if self.config["model"]["base"] else "light_job"
+
+    def launch(self) -> dict:
+        """How a training job starts (chorus.launch), settings that change the result.
+        compile_cache (a cache folder) is among untracked_settings instead, so moving it
+        re-runs nothing."""
+        return {
+            "device": self.config["device"],
+            "deepspeed": self.config["deepspeed"],
+            "processes": self.config["train_processes"],
+        }
+
+    def sft_settings(self) -> dict:
+        """Batch settings shared by the SFT stages and the consolidation SFT. save_steps
+        (the checkpoint interval) is not among them: it changes no result
+        (untracked_settings)."""
+        sft = self.config["sft"]
+        return {
+            "batch_size": sft["batch_size"],
+            "grad_accum": sft["grad_accum"],
+            "max_length": self.config["max_length"],
+            "attn": sft["attention"],
+            "liger": sft["liger_kernel"],
+            "compile_min_flops": sft["compile_min_flops"],
+        }
+
+    def untracked_settings(self, section: str) -> dict:
+        """What a training job of config section `section` (sft, rl) reads from the config
+        at run time instead of from its params: settings that change no result, so
+        editing them re-runs nothing (the checkpoint interval, the compile cache)."""
+        return {
+            "save_steps": self.config[section]["save_steps"],
+            "compile_cache": self.config["compile_cache"],
+        }
+
+    def distill_stage(self) -> dict:
+        """The consolidation SFT's stage settings (a stage like sft.stages' own)."""
+        consolidate = self.config["consolidate"]
+        return {
+            "name": self.distilled,
+            "epochs": consolidate["epochs"],
+            "lr": consolidate["lr"],
+            "seed": self.config["sft"]["seed"],
+        }
+
+    def distill_rl_expert(self) -> dict:
+        """The RL after distillation: the first expert's GRPO settings, its own name."""
+        return {**self.expert(self.experts[0]), "name": f"{self.distilled}_rl"}
+
+    def sandbox_limits(self) -> dict:
+        """The per-candidate simulation limits, per-task timeouts included (they can
+        change a score); simulation.shards only splits the work and is no param of the
+        training or generation rules."""
+        keys = ("timeout_s", "mem_mb", "build_timeout_s", "timeout_factor", "timeout_floor_s")
+        return {k: self.config["simulation"][k] for k in keys}
+
+    def sampling(self) -> dict:
+        """Generation settings of the pools (pass_at, include_base: report only)."""
+        return {k: self.config["eval"][k] for k in ("temperature", "top_p", "max_new_tokens", "sampler")}
+
+    def pool(self, pool: str) -> dict:
+        """Splits and samples per task: eval samples the held-out splits, harvest the
+        train tasks for distillation."""
+        if pool == "eval":
+            return {"splits": self.config["eval"]["splits"], "k": self.config["eval"]["k"]}
+        return {"splits": ["train"], "k": self.config["consolidate"]["samples_per_task"]}
+
+    def harvest_settings(self) -> dict:
+        """What decides the harvest pool's scored samples besides the experts: the rules
+        that use them with ancient() inputs take these as params instead."""
+        return {
+            "pool": self.pool("harvest"),
+            "sampling": self.sampling(),
+            "seeds": {e: self.eval_seed("rl", e) for e in self.experts},
+            "limits": self.sandbox_limits(),
+        }

@@ -1,0 +1,73 @@
+"""chorus.plan.Plan turns the config into jobs: paths, job sizes and params (unit tests;
+the workflow-level checks are tests/test_workflow_config.py and test_workflow_params.py)."""
+
+import pytest
+
+from chorus.config import ConfigError
+from chorus.plan import Plan
+from conftest import default_config
+
+
+def test_paths_are_templates_and_pools_do_not_stutter():
+    plan = Plan(default_config())
+    # a name "{wildcard}" gives the rule's path template
+    assert plan.model_dir("sft", "{stage}") == "results/models/sft/{stage}"
+    assert plan.model_dir("base", "base") == plan.built_base_dir == "results/models/base"
+    # one folder level per pool, kind and name (no results/eval/eval/...)
+    assert plan.pool_dir("eval", "rl", "easy_dense") == "results/eval/rl/easy_dense"
+    assert plan.pool_dir() == "results/{pool}/{kind}/{name}"
+    assert plan.pool_files("harvest", plan.harvested(), "per_sample.csv") == [
+        "results/harvest/rl/easy_dense/per_sample.csv",
+        "results/harvest/rl/full_dense/per_sample.csv",
+    ]
+    assert plan.expert_ids == ["rl/easy_dense", "rl/full_dense"]
+    config = default_config()
+    config["run_name"] = "ablation"
+    assert Plan(config).pool_dir("harvest", "rl", "e") == "results/ablation/harvest/rl/e"
+
+
+def test_threads_and_resources_come_from_config_resources():
+    config = default_config()
+    config["resources"]["gpu_job"].update(gpu=2, cpus=12, mem_mb=1000, runtime=30, partition="gpu")
+    plan = Plan(config)
+    assert plan.threads("gpu_job") == 12
+    resources = plan.resources("gpu_job")
+    assert resources["gpu"] == 2 and resources["slurm_partition"] == "gpu"
+    # a retry gets more memory and time
+    assert resources["mem_mb"](None, 1) == 1000 and resources["mem_mb"](None, 3) == 3000
+    assert resources["runtime"](None, 2) == 60
+    light = plan.resources("light_job")
+    assert "gpu" not in light and "slurm_partition" not in light
+    assert plan.base_model_job == "light_job"  # the tiny model
+    config["model"]["base"] = "smollm2-135m"
+    assert Plan(config).base_model_job == "sim_job"  # a preset, dequantized in memory
+
+
+def test_params_leave_out_what_changes_no_result():
+    """Checkpoint interval and compile cache are no params: the jobs read them at run time."""
+    config = default_config()
+    config["compile_cache"] = "/shared/cache"
+    plan = Plan(config)
+    assert "compile_cache" not in plan.launch() and plan.launch()["device"] == config["device"]
+    assert "save_steps" not in plan.sft_settings() and "save_steps" not in plan.expert("easy_dense")
+    assert plan.untracked_settings("rl") == {"save_steps": config["rl"]["save_steps"], "compile_cache": "/shared/cache"}
+    assert plan.untracked_settings("sft")["save_steps"] == config["sft"]["save_steps"]
+    assert plan.distill_stage() == {
+        "name": "distill",
+        "epochs": config["consolidate"]["epochs"],
+        "lr": config["consolidate"]["lr"],
+        "seed": config["sft"]["seed"],
+    }
+    assert plan.distill_rl_expert() == {**plan.expert("easy_dense"), "name": "distill_rl"}
+    assert plan.pool("eval") == {"splits": config["eval"]["splits"], "k": config["eval"]["k"]}
+    assert plan.pool("harvest") == {"splits": ["train"], "k": config["consolidate"]["samples_per_task"]}
+    harvest = plan.harvest_settings()
+    assert harvest["seeds"] == {e: plan.eval_seed("rl", e) for e in ("easy_dense", "full_dense")}
+    assert harvest["limits"] == plan.sandbox_limits() and "shards" not in plan.sandbox_limits()
+
+
+def test_unknown_synth_family_fails_naming_the_key():
+    config = default_config()
+    config["synth"].update(enabled=True, families=["sequential_nope"])
+    with pytest.raises(ConfigError, match=r"synth.families: .*sequential_nope"):
+        Plan(config)
