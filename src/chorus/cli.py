@@ -69,15 +69,14 @@ def score_main(argv: list[str] | None = None) -> int:
         return _selfcheck(args)
     if args.task_dir is None or args.stimulus is None:
         parser.error("give a task folder and a stimulus (or --selfcheck)")
-    from chorus.harness.score import _stimulus_extractor
+    from chorus.prompts import extract_answer
 
-    extract = _stimulus_extractor()
     try:
         task = load_task(args.task_dir)
         stimulus = args.stimulus.read_text()
     except INPUT_ERRORS as err:
         return _input_error(parser.prog, err)
-    result = score(task, extract(stimulus, task.answer_language), limits=_limits(args), cache_dir=args.cache_dir)
+    result = score(task, extract_answer(stimulus, task.answer_language), limits=_limits(args), cache_dir=args.cache_dir)
     print(json.dumps(result.to_dict(), indent=2))
     return 0 if result.passed else 1
 
@@ -131,6 +130,7 @@ def eval_main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     from chorus.harness.score import read_generations
+    from chorus.prompts import extract_answer
 
     try:
         tasks = tasks_by_id(load_tasks(args.tasks))
@@ -150,6 +150,7 @@ def eval_main(argv: list[str] | None = None) -> int:
         limits=_limits(args),
         cache_dir=args.cache_dir,
         resume=args.resume,
+        extract=extract_answer,
     )
     table = pd.DataFrame(results, columns=_columns(results))
     if len({type(v) for v in table["sample_id"]}) > 1:  # mixed int/str ids: one type for parquet

@@ -9,6 +9,7 @@ import os
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -243,14 +244,9 @@ def sample_seed(sample_id) -> int:
         return zlib.crc32(str(sample_id).encode()) & 0x7FFFFFFF
 
 
-def _stimulus_extractor():
-    """chorus.prompts.extract_answer (model text, answer language -> code) when
-    available, else identity."""
-    try:
-        from chorus.prompts import extract_answer
-    except ImportError:
-        return lambda text, language="cocotb": text
-    return extract_answer
+def unchanged(text: str, language: str = "cocotb") -> str:
+    """The completion as it is: for rows whose completion is the stimulus itself."""
+    return text
 
 
 GENERATION_FIELDS = ("task_id", "sample_id", "completion")
@@ -316,6 +312,7 @@ def score_generations(
     cache_dir: str | Path | None = None,
     resume: bool = True,
     timeouts: TimeoutPolicy | None = None,
+    extract: Callable[[str, str], str] = unchanged,
 ) -> list[dict]:
     """Score generation rows ({task_id, sample_id, completion}) and write one result row
     per scorable sample to `out_jsonl`.
@@ -327,11 +324,12 @@ def score_generations(
     row carries as `completion_sha256`): a sidecar line is reused only for the very same
     code. A row that cannot be scored (`generation_problem`) is logged and left out; the
     rest is scored. `out_jsonl` itself appears (atomically) only once every row has its
-    result, in the order of `rows`.
+    result, in the order of `rows`. `extract(completion, answer_language)` turns a
+    completion into the code to simulate (model text: chorus.prompts.extract_answer; the
+    harness knows nothing of prompts); by default the completion is the code.
     """
     from chorus.io import Progress, read_jsonl, write_jsonl
 
-    extract = _stimulus_extractor()
     out_jsonl = Path(out_jsonl)
     partial = out_jsonl.with_name(out_jsonl.name + ".partial")
     if not resume:
