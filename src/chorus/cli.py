@@ -97,15 +97,6 @@ def _selfcheck(args) -> int:
     return 0
 
 
-BASE_COLUMNS = ["task_id", "sample_id", "passed", "score", "status"]
-
-
-def _columns(results: list[dict]) -> list[str]:
-    """ids and verdict first, then one cov_<metric> column per metric seen, then timing."""
-    metrics = sorted({k for r in results for k in r if k.startswith("cov_")})
-    return BASE_COLUMNS + metrics + ["sim_time_s", "detail"]
-
-
 def eval_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="chorus-eval",
@@ -127,10 +118,9 @@ def eval_main(argv: list[str] | None = None) -> int:
     )
     _add_limit_args(parser)
     args = parser.parse_args(argv)
-    import pandas as pd
-
     from chorus.harness.score import read_generations
     from chorus.prompts import extract_answer
+    from chorus.report import per_sample_table
 
     try:
         tasks = tasks_by_id(load_tasks(args.tasks))
@@ -152,9 +142,7 @@ def eval_main(argv: list[str] | None = None) -> int:
         resume=args.resume,
         extract=extract_answer,
     )
-    table = pd.DataFrame(results, columns=_columns(results))
-    if len({type(v) for v in table["sample_id"]}) > 1:  # mixed int/str ids: one type for parquet
-        table["sample_id"] = table["sample_id"].astype(str)
+    table = per_sample_table(results, rest=["sim_time_s", "detail"])
     if args.out.suffix == ".parquet":
         table.to_parquet(args.out, index=False)
     else:
