@@ -14,7 +14,8 @@ from pathlib import Path
 
 from chorus.harness.build import BuildError, ensure_build, load_points_manifest
 from chorus.harness.coverage import coverage_fractions, exclude_points
-from chorus.harness.sandbox import SandboxLimits, run_candidate
+from chorus.harness.cocotb_run import run_candidate
+from chorus.harness.sandbox import SandboxLimits
 from chorus.harness.timeouts import TimeoutPolicy, task_limits
 from chorus.tasks import AVERAGE, Task
 
