@@ -103,15 +103,8 @@ def alu(rng: random.Random, split: str) -> Design:
         f"result 0 and carry 0. `{zero}` is high when the {width}-bit result is 0.\n\n{table}"
     )
     return make_design(
-        "alu",
-        name,
-        f"{width}-bit {'registered' if registered else 'combinational'} ALU with {n_ops} operations",
-        "medium" if n_ops <= 5 else "hard",
-        style,
-        rtl,
-        ports,
-        behaviour,
-        [walk(False), walk(True)],
+        "alu", name, f"{width}-bit {'registered' if registered else 'combinational'} ALU with {n_ops} operations",
+        "medium" if n_ops <= 5 else "hard", style, rtl, ports, behaviour, [walk(False), walk(True)],
         f"`{y}`, `{zero}` and `{carry}` are 0." if registered else "",
         {"width": width, "ops": ops, "registered": registered},
     )
@@ -158,17 +151,8 @@ def mux(rng: random.Random, split: str) -> Design:
     if n == (1 << sw):
         behaviour = f"`{y}` = `in<k>` when `{sel}` = k. All inputs and `{y}` are {width} bits."
     return make_design(
-        "mux",
-        name,
-        f"{n}:1 multiplexer, {width} bits",
-        "easy",
-        style,
-        rtl,
-        ports,
-        behaviour,
-        [walk(codes), walk(codes[::-1])],
-        "",
-        {"inputs": n, "width": width},
+        "mux", name, f"{n}:1 multiplexer, {width} bits", "easy", style, rtl, ports, behaviour,
+        [walk(codes), walk(codes[::-1])], "", {"inputs": n, "width": width},
     )
 
 
@@ -204,17 +188,8 @@ def decoder(rng: random.Random, split: str) -> Design:
         "Purely combinational."
     )
     return make_design(
-        "decoder",
-        name,
-        f"{n}-to-{out_w} decoder, active-{polarity} outputs",
-        "easy",
-        style,
-        rtl,
-        ports,
-        behaviour,
-        [steps, alt],
-        "",
-        {"bits": n, "active_low": active_low},
+        "decoder", name, f"{n}-to-{out_w} decoder, active-{polarity} outputs", "easy", style, rtl, ports, behaviour,
+        [steps, alt], "", {"bits": n, "active_low": active_low},
     )
 
 
@@ -246,15 +221,6 @@ def priority_encoder(rng: random.Random, split: str) -> Design:
         f"(0 when none is set). Purely combinational."
     )
     return make_design(
-        "priority_encoder",
-        name,
-        f"{n}-bit priority encoder ({side} index wins)",
-        "easy",
-        style,
-        rtl,
-        ports,
-        behaviour,
-        [steps, alt],
-        "",
-        {"width": n, "msb_first": msb_first},
+        "priority_encoder", name, f"{n}-bit priority encoder ({side} index wins)", "easy", style, rtl, ports,
+        behaviour, [steps, alt], "", {"width": n, "msb_first": msb_first},
     )

@@ -149,16 +149,8 @@ def fsm(rng: random.Random, split: str) -> Design:
         f"`{out}` is a combinational function of the current state:\n\n{table}"
     )
     return make_design(
-        "fsm",
-        name,
-        f"{n_states}-state controller with guarded transitions",
-        "medium" if n_states <= 4 else "hard",
-        style,
-        rtl,
-        ports,
-        behaviour,
-        [walk(1), walk(2)],
-        f"state {states[0]}, `{out}` = {outputs[states[0]]}.",
+        "fsm", name, f"{n_states}-state controller with guarded transitions", "medium" if n_states <= 4 else "hard",
+        style, rtl, ports, behaviour, [walk(1), walk(2)], f"state {states[0]}, `{out}` = {outputs[states[0]]}.",
         {"states": n_states, "inputs": len(inputs), "transitions": sum(map(len, edges.values()))},
     )
 
@@ -251,15 +243,8 @@ def seq_detect(rng: random.Random, split: str) -> Design:
     if counted:
         behaviour += f" `{count}` increments on each match and saturates at {(1 << cw) - 1}."
     return make_design(
-        "seq_detect",
-        name,
-        f"{'Overlapping' if overlap else 'Non-overlapping'} {pat} sequence detector",
-        "medium",
-        style,
-        rtl,
-        ports,
-        behaviour,
-        [walk(False), walk(True)],
+        "seq_detect", name, f"{'Overlapping' if overlap else 'Non-overlapping'} {pat} sequence detector", "medium",
+        style, rtl, ports, behaviour, [walk(False), walk(True)],
         f"no partial match, `{found}` = 0" + (f", `{count}` = 0." if counted else "."),
         {"pattern": pat, "overlap": overlap, "count_width": cw if counted else 0},
     )

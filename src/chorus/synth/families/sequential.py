@@ -84,16 +84,8 @@ def counter(rng: random.Random, split: str) -> Design:
         behaviour.append(f"and wraps from {edge} to {wrap_to}.")
     behaviour.append(f"`{flag}` is combinational: high while `{q}` == {edge}.")
     return make_design(
-        "counter",
-        name,
-        f"{width}-bit {mode} counter" + (f" modulo {modulus}" if modulus else ""),
-        "easy",
-        style,
-        rtl,
-        ports,
-        " ".join(behaviour),
-        [steps, alt],
-        f"`{q}` = {reset_value}.",
+        "counter", name, f"{width}-bit {mode} counter" + (f" modulo {modulus}" if modulus else ""), "easy", style,
+        rtl, ports, " ".join(behaviour), [steps, alt], f"`{q}` = {reset_value}.",
         {"width": width, "down": down, "load": has_load, "enable": has_en, "modulus": modulus},
     )
 
@@ -157,15 +149,6 @@ def shift_register(rng: random.Random, split: str) -> Design:
     else:
         behaviour += f"{'LSB (shift left)' if left else 'MSB (shift right)'}. `{sout}` is combinational: the {'MSB' if left else 'LSB'} of `{q}`."
     return make_design(
-        "shift_register",
-        name,
-        f"{width}-bit {kind} shift register",
-        "easy",
-        style,
-        rtl,
-        ports,
-        behaviour,
-        [steps, alt],
-        f"`{q}` = 0.",
-        {"width": width, "selectable": selectable, "left": left, "load": has_load},
+        "shift_register", name, f"{width}-bit {kind} shift register", "easy", style, rtl, ports, behaviour,
+        [steps, alt], f"`{q}` = 0.", {"width": width, "selectable": selectable, "left": left, "load": has_load},
     )
