@@ -460,3 +460,22 @@ def test_coverage_exclude_drops_points_from_denominators_and_hits(task, cache, t
     ):
         with pytest.raises(TaskFormatError, match=re.escape(message)):
             load_task(_task_variant(tmp_path, coverage_exclude=bad))
+
+
+def test_the_harness_does_not_import_the_prompt_layer():
+    """Stage boundary: callers hand the harness code (or an `extract=` callable), so the
+    harness never reaches into chorus.prompts."""
+    import ast
+
+    import chorus.harness
+
+    harness_dir = Path(chorus.harness.__file__).parent
+    offenders = []
+    for source in sorted(harness_dir.rglob("*.py")):
+        for node in ast.walk(ast.parse(source.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            if any(n == "chorus.prompts" or n.startswith("chorus.prompts.") for n in names):
+                offenders.append(f"{source.name}:{node.lineno}")
+    assert harness_dir.name == "harness" and offenders == []
