@@ -5,8 +5,9 @@ vLLM. `sampler="auto"` picks vLLM on a GPU when it is installed, else the static
 on a GPU (the fastest measured: resolve_sampler), and plain `generate` on CPU.
 
 Rows `{task_id, sample_id, completion}` are appended to the journal `<out>.partial`
-(chorus.journal) as they come, so a killed job resumes where it stopped (pairs already there are skipped); `out_jsonl`
-appears atomically, in (task, sample_id) order, once every row is there.
+(chorus.journal) as they come, so a killed job resumes where it stopped (pairs already
+there are skipped); `out_jsonl` appears atomically, in (task, sample_id) order, once
+every row is there.
 """
 
 from __future__ import annotations
