@@ -81,7 +81,7 @@ def test_a_crashed_evaluation_resumes_without_resimulating(tmp_path):
     rerun_rows = rows[:5] + [dict(rows[5], completion="def broken(:\n")] + rows[6:]
 
     resumed = score_generations(rerun_rows, tasks, out, workers=2, limits=limits,
-                              extract=extract_answer)
+                                extract=extract_answer)
     assert resumed[:5] == first[:5]  # not simulated again: the same sim_time_s
     assert resumed[5]["status"] == "syntax_error"  # its code changed: scored afresh
     assert soak.check_results(rows[:5] + rows[6:], resumed[:5] + resumed[6:]) == []
