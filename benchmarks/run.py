@@ -26,7 +26,7 @@ from datetime import date
 from pathlib import Path
 
 from chorus.harness import SandboxLimits, ensure_build, score, score_many
-from chorus.harness.sandbox import simulator_command
+from chorus.harness.cocotb_run import simulator_command
 from chorus.harness.toolchain import setup_verilator_env
 from chorus.tasks import load_tasks
 

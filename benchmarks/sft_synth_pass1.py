@@ -42,6 +42,7 @@ from chorus.harness.score import score_generations
 from chorus.harness.timeouts import TimeoutPolicy
 from chorus.io import atomic_write_json, read_jsonl
 from chorus.metrics import bootstrap_interval, paired_bootstrap_interval, pass_at_k
+from chorus.prompts import extract_answer
 from chorus.synth.corpus import shard_jobs
 from chorus.synth.verify import generate_and_verify
 from chorus.tasks import load_manifest, load_task, load_tasks
@@ -298,7 +299,8 @@ def phase_eval(args) -> dict:
         rows = read_jsonl(generations)
         scored = timed(timings, "score_s", lambda: score_generations(
             rows, by_id, args.work / f"scores_{name}.jsonl", workers=args.workers,
-            limits=limits, cache_dir=args.cache_dir, timeouts=timeouts))
+            limits=limits, cache_dir=args.cache_dir, timeouts=timeouts,
+            extract=extract_answer))
         missing = {(r["task_id"], r["sample_id"]) for r in rows} - {(s["task_id"], s["sample_id"]) for s in scored}
         report["models"][name] = {
             "model": str(model),

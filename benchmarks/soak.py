@@ -36,6 +36,7 @@ from typing import NamedTuple
 from chorus.harness import SandboxLimits
 from chorus.harness.sandbox import SANDBOX_UID_BASE, SLOT_COUNT, processes_of_uid
 from chorus.harness.score import default_workers, score_generations
+from chorus.prompts import extract_answer
 from chorus.tasks import Task, load_task, load_tasks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -178,7 +179,8 @@ def soak(count: int, workers: int, timeout_s: float, out_jsonl: Path, seed: int 
     rss_start_kb = _status_kb("VmRSS")
     peak_was_reset = reset_peak_rss()
     start = time.perf_counter()
-    score_generations(rows, {t.id: t for t in tasks}, out_jsonl, workers=workers, limits=limits)
+    score_generations(rows, {t.id: t for t in tasks}, out_jsonl, workers=workers, limits=limits,
+                      extract=extract_answer)
     wall = time.perf_counter() - start
     memory = memory_figures(peak_was_reset)
     # the table on disk, not the returned list, is what the pipeline keeps

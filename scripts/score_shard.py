@@ -7,6 +7,7 @@ without re-simulating finished samples; the declared output appears only when co
 from chorus.harness import score_generations
 from chorus.harness.timeouts import sandbox_settings
 from chorus.io import read_jsonl, script_logging
+from chorus.prompts import extract_answer
 from chorus.tasks import load_manifest, tasks_by_id
 
 with script_logging(snakemake):
@@ -20,6 +21,7 @@ with script_logging(snakemake):
         workers=snakemake.threads,
         limits=limits,
         timeouts=timeouts,
+        extract=extract_answer,
     )
     passed = sum(r["passed"] for r in results)
     print(f"shard {shard}/{num_shards}: {len(results)} samples scored, {passed} passing")

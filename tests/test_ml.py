@@ -20,7 +20,7 @@ from chorus.data import build_stage, build_stage_dataset, verified_rows  # noqa:
 from chorus.generate import sample_completions  # noqa: E402
 from chorus.io import read_jsonl, write_jsonl  # noqa: E402
 from chorus.merge import mergekit_config, run_merge  # noqa: E402
-from chorus.metrics import pass_at_k, per_task_metrics, summarize  # noqa: E402
+from chorus.metrics import pass_at_k, per_task_metrics  # noqa: E402
 from chorus.modeling import (  # noqa: E402
     SHAPES,
     build_model_from_shape,
@@ -33,6 +33,7 @@ from chorus.modeling import (  # noqa: E402
     train_tokenizer,
 )
 from chorus.prompts import build_prompt, extract_stimulus, render_prompt  # noqa: E402
+from chorus.report import summary_table  # noqa: E402
 from chorus.reward import CoverageReward, format_reward  # noqa: E402
 from chorus.rl import train_expert  # noqa: E402
 from chorus.sft import train_stage  # noqa: E402
@@ -391,7 +392,8 @@ def test_pass_at_k_rejects_bad_counts_and_aggregates():
     table = per_task_metrics(frame, ks=(1, 5)).set_index("task_id")
     assert table.loc["a", "pass@1"] == pytest.approx(0.4) and table.loc["a", "pass@5"] == 1.0
     assert table.loc["b", "pass@1"] == 0.0 and table.loc["a", "mean_coverage"] == pytest.approx(0.6)
-    summary = summarize(frame, ks=(1,))
+    # the mean over tasks is report.summary_table's (the workflow's aggregation)
+    summary = summary_table(frame.assign(model="m"), [1]).set_index("model").loc["m"]
     assert summary["pass@1"] == pytest.approx(0.2) and summary["tasks"] == 2
 
 

@@ -163,3 +163,24 @@ def test_compare_runs_side_by_side(tmp_path):
     table = compare_runs([tmp_path / "a", tmp_path / "b"])
     assert table.to_dict("records") == [{"run": "a", "model": "rl/x", "pass@1": 0.25},
                                         {"run": "b", "model": "rl/x", "pass@1": 0.5}]
+
+
+def test_per_sample_table_orders_columns_for_chorus_eval_and_gather_scores():
+    """One table builder for chorus-eval (fixed trailing columns, input order) and the
+    workflow's gather_scores (every column, sorted, with the model)."""
+    results = [
+        {"task_id": "t2", "sample_id": 1, "passed": False, "score": 0.5, "status": "below_target",
+         "sim_time_s": 0.2, "detail": "missed", "completion_sha256": "b", "cov_toggle": 0.1, "cov_line": 0.5},
+        {"task_id": "t1", "sample_id": 0, "passed": True, "score": 1.0, "status": "ok",
+         "sim_time_s": 0.1, "detail": "", "completion_sha256": "a", "cov_line": 1.0, "cov_branch": 1.0},
+    ]
+    verdict = ["task_id", "sample_id", "passed", "score", "status"]
+    coverage = ["cov_branch", "cov_line", "cov_toggle"]
+    evaluated = report.per_sample_table(results, rest=["sim_time_s", "detail"])
+    assert list(evaluated.columns) == verdict + coverage + ["sim_time_s", "detail"]
+    assert list(evaluated["task_id"]) == ["t2", "t1"] and math.isnan(evaluated["cov_branch"][0])
+    gathered = report.per_sample_table(results, model="rl/a", sort=True)
+    assert list(gathered.columns) == ["model", *verdict, *coverage, "sim_time_s", "detail", "completion_sha256"]
+    assert list(gathered["task_id"]) == ["t1", "t2"] and set(gathered["model"]) == {"rl/a"}
+    mixed = report.per_sample_table([dict(results[0], sample_id="x"), results[1]])
+    assert list(mixed["sample_id"]) == ["x", "0"]  # one type a column (parquet)

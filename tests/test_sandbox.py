@@ -478,7 +478,7 @@ def test_every_layer_of_confinement_applies(task):
     sandbox uid."""
     if not confinement_support().get("namespaces"):
         pytest.skip("no namespaces on this host (see test_no_user_namespaces_means_a_loud_warning)")
-    from chorus.harness.sandbox import run_candidate
+    from chorus.harness.cocotb_run import run_candidate
 
     run = run_candidate(task.reference_stimulus.read_text(), ensure_build(task), task.toplevel)
     assert run.tests == 1 and run.failures == 0

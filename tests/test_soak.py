@@ -16,6 +16,7 @@ from conftest import FIXTURE_TASK, REPO
 
 from chorus.harness import SandboxLimits
 from chorus.harness.score import score_generations
+from chorus.prompts import extract_answer
 
 
 def _import_benchmark(name: str):
@@ -74,7 +75,8 @@ def test_a_crashed_evaluation_resumes_without_resimulating(tmp_path):
     rows = [r for r in soak.build_mix(40, list(tasks.values()), seed=3)
             if soak.KINDS[r["kind"]].expected not in ("timeout", "output_limit")][:12]
     limits = SandboxLimits(timeout_s=10)
-    first = score_generations(rows[:6], tasks, tmp_path / "first.jsonl", workers=2, limits=limits)
+    first = score_generations(rows[:6], tasks, tmp_path / "first.jsonl", workers=2, limits=limits,
+                              extract=extract_answer)
     out = tmp_path / "all.jsonl"
     partial = out.with_name("all.jsonl.partial")
     shutil.copy(tmp_path / "first.jsonl", partial)  # what the killed run had flushed
@@ -82,7 +84,8 @@ def test_a_crashed_evaluation_resumes_without_resimulating(tmp_path):
         sidecar.write('{"task_id": "torn')  # the killed writer's half-written last line
     rerun_rows = rows[:5] + [dict(rows[5], completion="def broken(:\n")] + rows[6:]
 
-    resumed = score_generations(rerun_rows, tasks, out, workers=2, limits=limits)
+    resumed = score_generations(rerun_rows, tasks, out, workers=2, limits=limits,
+                                extract=extract_answer)
     assert resumed[:5] == first[:5]  # not simulated again: the same sim_time_s
     assert resumed[5]["status"] == "syntax_error"  # its code changed: scored afresh
     assert soak.check_results(rows[:5] + rows[6:], resumed[:5] + resumed[6:]) == []
@@ -98,7 +101,7 @@ def test_each_hostile_kind_alone(tmp_path, kind):
     rows = [{"task_id": task.id, "sample_id": f"{kind}-{i}", "kind": kind, "completion": soak.KINDS[kind].body}
             for i in range(2)]
     results = score_generations(rows, {task.id: task}, tmp_path / "s.jsonl", workers=2,
-                                limits=SandboxLimits(timeout_s=4))
+                                limits=SandboxLimits(timeout_s=4), extract=extract_answer)
     assert soak.check_results(rows, results) == []
     assert soak.leftover_sandbox_processes() == []
 

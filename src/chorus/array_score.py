@@ -21,13 +21,14 @@ def score_shard(generations: str, task_root: str, out_dir: str, shard: int, shar
     """One array task: score its slice of the rows; returns its shard file."""
     from chorus.harness import SandboxLimits, score_generations
     from chorus.harness.score import read_generations
+    from chorus.prompts import extract_answer
     from chorus.tasks import load_tasks, tasks_by_id
 
     tasks = tasks_by_id(load_tasks(task_root))
     rows = read_generations(generations, tasks)[0][shard::shards]  # the caller reports bad lines
     out = Path(out_dir) / f"shard{shard}.jsonl"
     score_generations(rows, tasks, out, workers=workers,
-                      limits=SandboxLimits(**limits), cache_dir=cache_dir)
+                      limits=SandboxLimits(**limits), cache_dir=cache_dir, extract=extract_answer)
     return str(out)
 
 

@@ -69,15 +69,14 @@ def score_main(argv: list[str] | None = None) -> int:
         return _selfcheck(args)
     if args.task_dir is None or args.stimulus is None:
         parser.error("give a task folder and a stimulus (or --selfcheck)")
-    from chorus.harness.score import _stimulus_extractor
+    from chorus.prompts import extract_answer
 
-    extract = _stimulus_extractor()
     try:
         task = load_task(args.task_dir)
         stimulus = args.stimulus.read_text()
     except INPUT_ERRORS as err:
         return _input_error(parser.prog, err)
-    result = score(task, extract(stimulus, task.answer_language), limits=_limits(args), cache_dir=args.cache_dir)
+    result = score(task, extract_answer(stimulus, task.answer_language), limits=_limits(args), cache_dir=args.cache_dir)
     print(json.dumps(result.to_dict(), indent=2))
     return 0 if result.passed else 1
 
@@ -96,15 +95,6 @@ def _selfcheck(args) -> int:
         return 1
     print(f"selfcheck passed: {len(checks)} stimuli of {len(tasks)} tasks scored as expected", file=sys.stderr)
     return 0
-
-
-BASE_COLUMNS = ["task_id", "sample_id", "passed", "score", "status"]
-
-
-def _columns(results: list[dict]) -> list[str]:
-    """ids and verdict first, then one cov_<metric> column per metric seen, then timing."""
-    metrics = sorted({k for r in results for k in r if k.startswith("cov_")})
-    return BASE_COLUMNS + metrics + ["sim_time_s", "detail"]
 
 
 def eval_main(argv: list[str] | None = None) -> int:
@@ -128,9 +118,9 @@ def eval_main(argv: list[str] | None = None) -> int:
     )
     _add_limit_args(parser)
     args = parser.parse_args(argv)
-    import pandas as pd
-
     from chorus.harness.score import read_generations
+    from chorus.prompts import extract_answer
+    from chorus.report import per_sample_table
 
     try:
         tasks = tasks_by_id(load_tasks(args.tasks))
@@ -150,10 +140,9 @@ def eval_main(argv: list[str] | None = None) -> int:
         limits=_limits(args),
         cache_dir=args.cache_dir,
         resume=args.resume,
+        extract=extract_answer,
     )
-    table = pd.DataFrame(results, columns=_columns(results))
-    if len({type(v) for v in table["sample_id"]}) > 1:  # mixed int/str ids: one type for parquet
-        table["sample_id"] = table["sample_id"].astype(str)
+    table = per_sample_table(results, rest=["sim_time_s", "detail"])
     if args.out.suffix == ".parquet":
         table.to_parquet(args.out, index=False)
     else:

@@ -4,22 +4,22 @@ engine (`generate_batch`: paged KV cache, requests of all tasks scheduled togeth
 vLLM. `sampler="auto"` picks vLLM on a GPU when it is installed, else the static decoder
 on a GPU (the fastest measured: resolve_sampler), and plain `generate` on CPU.
 
-Rows `{task_id, sample_id, completion}` are appended to `<out>.partial` as they come,
-so a killed job resumes where it stopped (pairs already there are skipped); `out_jsonl`
-appears atomically, in (task, sample_id) order, once every row is there.
+Rows `{task_id, sample_id, completion}` are appended to the journal `<out>.partial`
+(chorus.journal) as they come, so a killed job resumes where it stopped (pairs already
+there are skipped); `out_jsonl` appears atomically, in (task, sample_id) order, once
+every row is there.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 import logging
-import os
 import time
 import zlib
 from pathlib import Path
 
-from chorus.io import Progress, read_jsonl, write_jsonl
+from chorus.io import Progress
+from chorus.journal import Journal, journal_path
 from chorus.prompts import build_prompt, render_prompt
 from chorus.tasks import Task
 from chorus.training import resolve_device
@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 
 def _chunk_seed(seed: int, task_id: str, first_sample: int) -> int:
     return zlib.crc32(f"{seed}/{task_id}/{first_sample}".encode())
+
+
+def _sample_key(row: dict) -> tuple[str, int]:
+    return row["task_id"], int(row["sample_id"])
 
 
 def sample_completions(
@@ -59,9 +63,9 @@ def sample_completions(
     call like a `generate` batch, so it resumes and repeats the same way."""
     out_jsonl = Path(out_jsonl)
     out_jsonl.parent.mkdir(parents=True, exist_ok=True)
-    partial = out_jsonl.with_name(out_jsonl.name + ".partial")
-    done = {(r["task_id"], int(r["sample_id"])) for r in read_jsonl(partial)}
-    todo = {t.id: [i for i in range(k) if (t.id, i) not in done] for t in tasks}
+    journal = Journal(journal_path(out_jsonl), _sample_key)
+    resumed = len(journal.done)
+    todo = {t.id: [i for i in range(k) if (t.id, i) not in journal.done] for t in tasks}
     todo = {task_id: ids for task_id, ids in todo.items() if ids}
     start, new_tokens = time.perf_counter(), 0
     sampler = resolve_sampler(sampler, device)
@@ -69,27 +73,22 @@ def sample_completions(
         draw = {"generate": _hf_sampler, "continuous": _continuous_sampler, "static": _static_sampler,
                 "vllm": _vllm_sampler}[sampler]
         progress = Progress("generated samples", sum(len(ids) for ids in todo.values()))
-        with open(partial, "a") as sidecar:
+        with journal:
             for task_id, sample_id, text, n_tokens in draw(
                 model_dir, [t for t in tasks if t.id in todo], todo,
                 temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                 batch_size=batch_size, seed=seed, device=device, dtype=dtype,
             ):
                 new_tokens += n_tokens
-                row = {"task_id": task_id, "sample_id": sample_id, "completion": text}
-                sidecar.write(json.dumps(row) + "\n")
-                sidecar.flush()
-                os.fsync(sidecar.fileno())
+                journal.append({"task_id": task_id, "sample_id": sample_id, "completion": text})
                 progress.update()
-    rows = {(r["task_id"], int(r["sample_id"])): r for r in read_jsonl(partial)}
-    ordered = [rows[(t.id, i)] for t in tasks for i in range(k)]
-    write_jsonl(out_jsonl, ordered)
-    partial.unlink(missing_ok=True)
+    ordered = [journal.done[(t.id, i)] for t in tasks for i in range(k)]
+    journal.finish(out_jsonl, ordered)
     elapsed = time.perf_counter() - start
     stats = {
         "samples": len(ordered),
         "generated": sum(len(ids) for ids in todo.values()),
-        "resumed": len(done),
+        "resumed": resumed,
         "sampler": sampler,
         "new_tokens": new_tokens,
         "seconds": elapsed,

@@ -37,20 +37,6 @@ def per_task_metrics(per_sample, ks=(1,)):
     return pd.DataFrame(table, columns=columns)
 
 
-def summarize(per_sample, ks=(1,)):
-    """Mean over tasks of every pass@k and of mean_coverage (per model when the frame
-    has a model column), with the task count."""
-    table = per_task_metrics(per_sample, ks)
-    value_columns = [*[f"pass@{k}" for k in ks], "mean_coverage"]
-    if "model" in table.columns:
-        summary = table.groupby("model", sort=False)[value_columns].mean()
-        summary["tasks"] = table.groupby("model", sort=False)["task_id"].size()
-        return summary.reset_index()
-    row = table[value_columns].mean().to_dict()
-    row["tasks"] = len(table)
-    return row
-
-
 def bootstrap_interval(
     values, *, resamples: int = 1000, confidence: float = 0.95, seed: int = 0
 ) -> tuple[float, float]:

@@ -21,6 +21,29 @@ COMPARISON_COLUMNS = [
     *[f"vs_{ref}{end}" for ref in ("best_expert", "oracle") for end in ("", "_lo", "_hi")],
 ]
 BOOTSTRAP_DEFAULTS = {"resamples": 1000, "confidence": 0.95, "seed": 0}
+VERDICT_COLUMNS = ["task_id", "sample_id", "passed", "score", "status"]
+
+
+def per_sample_table(
+    results: list[dict], *, rest: list[str] | None = None, model: str | None = None, sort: bool = False
+) -> pd.DataFrame:
+    """The per-sample table of scored samples (chorus.harness.score_generations rows):
+    ids and verdict first, then a cov_<metric> column per metric seen, then `rest`
+    (default: every other column, in the order seen). `sort`: by task and sample id;
+    `model`: a leading model column. Mixed integer and string sample ids become strings
+    (one type a column, as parquet needs)."""
+    coverage = sorted({c for r in results for c in r if c.startswith("cov_")})
+    if rest is None:
+        seen = dict.fromkeys(c for r in results for c in r)
+        rest = [c for c in seen if c not in VERDICT_COLUMNS and c not in coverage]
+    table = pd.DataFrame(results, columns=VERDICT_COLUMNS + coverage + rest)
+    if len({type(v) for v in table["sample_id"]}) > 1:
+        table["sample_id"] = table["sample_id"].astype(str)
+    if sort:
+        table = table.sort_values(["task_id", "sample_id"])
+    if model is not None:
+        table.insert(0, "model", model)
+    return table
 
 
 def per_task_pass1(per_sample: pd.DataFrame, experts: list[str] | None = None) -> pd.DataFrame:

@@ -2,7 +2,8 @@
 
 from chorus.harness.build import BuildError, ensure_build
 from chorus.harness.coverage import read_coverage_dat
-from chorus.harness.sandbox import SandboxLimits, SandboxResult
+from chorus.harness.cocotb_run import SandboxResult
+from chorus.harness.sandbox import SandboxLimits
 from chorus.harness.score import (
     STATUSES,
     SimResult,

@@ -1,4 +1,5 @@
-"""Run one untrusted cocotb stimulus against a prebuilt simulator, confined.
+"""Confine one untrusted command: a cocotb stimulus against a prebuilt simulator
+(started and read by harness/cocotb_run.py) or a SystemVerilog testbench (svtb.py).
 
 Each candidate runs in its own child process (`harness/_child.py`, standard library
 only) that, before any candidate code runs:
@@ -21,7 +22,7 @@ only) that, before any candidate code runs:
   slot) with no supplementary groups, so the process limit really applies (root ignores
   RLIMIT_NPROC) and the candidate cannot signal the scorer.
 The child then starts the prebuilt simulator binary itself, with the environment
-variables by which cocotb's runner would start it (`simulator_command`): cocotb and its
+variables by which cocotb's runner would start it (`cocotb_run.simulator_command`): cocotb and its
 runner are imported once in the scorer, not once per candidate. The candidate runs in
 an empty folder of its own (removed afterwards, however deep the tree it left) with an
 environment stripped to an allow-list; the simulator's outputs go to a folder beside it
@@ -51,22 +52,15 @@ import sysconfig
 import tempfile
 import time
 import warnings
-import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chorus.harness.build import load_points_manifest
-from chorus.harness.coverage import coverage_counts
 from chorus.harness.outputs import (
     CONFINEMENT_MAX_BYTES,
     CONFINEMENT_NAME,
-    COVERAGE_NAME,
     HOME_DIR,
     JOB_NAME,
     LOG_NAME,
-    RESULTS_NAME,
-    RESULTS_MAX_BYTES,
-    OUT_DIR,
     SIMULATOR_WRITES,
     OversizedOutput,
     RunOutputs,
@@ -76,9 +70,7 @@ from chorus.harness.toolchain import setup_verilator_env
 SANDBOX_UID_BASE = 61000
 SLOT_COUNT = 512
 SLOT_DIR = Path(tempfile.gettempdir()) / "chorus-sandbox-slots"
-STIMULUS_MODULE = "stimulus"
 LOG_TAIL_BYTES = 3000
-COVERAGE_HEADER = b"# SystemC::Coverage-3"  # the first line Verilator writes
 CHILD_SCRIPT = Path(__file__).resolve().parent / "_child.py"
 GUARD_DIR = Path(__file__).resolve().parent / "guard"
 # what the candidate's file system holds besides Python and cocotb (read-only)
@@ -101,20 +93,6 @@ class SandboxLimits:
     drop_privileges: bool = True
     guard: bool = True  # audit-hook guard inside the simulator's Python (guard/)
     build_timeout_s: float = 300.0  # a SystemVerilog testbench's compile (harness/svtb.py)
-
-
-@dataclass
-class SandboxResult:
-    returncode: int | None
-    timed_out: bool
-    wall_s: float
-    log_tail: str
-    output_limited: bool
-    tests: int | None = None  # None: no results file (the simulation never finished)
-    failures: int = 0
-    failure_messages: list[str] = field(default_factory=list)
-    coverage: dict[str, tuple[int, int]] | None = None
-    confinement: dict = field(default_factory=dict)
 
 
 # -- uid slots ---------------------------------------------------------------------------
@@ -266,7 +244,7 @@ def grant_traversal() -> list[Path]:
     return changed
 
 
-def _child_env(workdir: Path) -> dict[str, str]:
+def child_env(workdir: Path) -> dict[str, str]:
     """Allow-list environment: no tokens, keys or user settings reach the candidate."""
     env = {
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
@@ -279,61 +257,6 @@ def _child_env(workdir: Path) -> dict[str, str]:
         "COCOTB_ANSI_OUTPUT": "0",
     }
     return setup_verilator_env(env)
-
-
-@functools.cache
-def _cocotb_embedding() -> dict[str, str]:
-    """How the simulator finds cocotb and this Python (what cocotb's runner sets in
-    `_set_env_common`): the libpython and cocotb's GPI entry point to load, the
-    interpreter whose environment the embedded Python takes, cocotb's libraries."""
-    import cocotb_tools.config
-    import find_libpython
-
-    libpython = find_libpython.find_libpython()
-    if libpython is None:
-        raise RuntimeError("cocotb cannot find libpython for this interpreter")
-    return {
-        "GPI_USERS": ";".join([libpython, cocotb_tools.config.pygpi_entry_point()]),
-        "PYGPI_PYTHON_BIN": sys.executable,
-        "libs_dir": str(cocotb_tools.config.libs_dir),
-    }
-
-
-def simulator_command(
-    workdir: Path, build_dir: Path, toplevel: str, seed: int, guard: bool, out_dir: Path | None = None
-):
-    """(argv, env) that run the cocotb test module `stimulus` in `workdir` against the
-    Verilator build, as `cocotb_tools.runner.Verilator.test` would: the build's binary,
-    cocotb's documented environment variables. The results file and the coverage
-    database go to absolute paths in `out_dir` (default `workdir`), so changing directory
-    does not move them."""
-    out_dir = Path(out_dir or workdir).absolute()
-    embedding = _cocotb_embedding()
-    env = _child_env(workdir)
-    # The simulator's Python imports the stimulus from the workdir, cocotb from where it
-    # is installed, nothing of the scorer's sys.path (the repository, chorus); the guard's
-    # sitecustomize comes first and is switched on for that Python only.
-    python_path = [str(GUARD_DIR)] if guard else []
-    python_path += [str(workdir), *_simulator_site_folders()]
-    env.update({
-        "PATH": env["PATH"] + os.pathsep + embedding["libs_dir"],
-        "PYTHONPATH": os.pathsep.join(python_path),
-        "GPI_USERS": embedding["GPI_USERS"],
-        "PYGPI_PYTHON_BIN": embedding["PYGPI_PYTHON_BIN"],
-        "COCOTB_TOPLEVEL": toplevel,
-        "COCOTB_TEST_MODULES": STIMULUS_MODULE,
-        "TOPLEVEL_LANG": "verilog",
-        "COCOTB_TRUST_INERTIAL_WRITES": "1",  # the runner's default for Verilator
-        "COCOTB_RANDOM_SEED": str(seed),
-        "COCOTB_RESULTS_FILE": str(out_dir / RESULTS_NAME),
-        "COCOTB_RESULTS_ATTACHMENTS": "",
-    })
-    if guard:
-        env["CHORUS_GUARD"] = "1"
-    # cocotb's Verilator main writes coverage through Verilated's context, which takes
-    # its file name from this plusarg (default: coverage.dat in the cwd)
-    command = [str(Path(build_dir) / toplevel), f"+verilator+coverage+file+{out_dir / COVERAGE_NAME}"]
-    return command, env
 
 
 # -- what the candidate's file system holds ------------------------------------------------
@@ -390,7 +313,7 @@ def _simulator_packages() -> tuple[tuple[str, tuple[str, ...]], ...]:
     return tuple((folder, tuple(sorted(tops))) for folder, tops in sorted(packages.items()))
 
 
-def _simulator_site_folders() -> list[str]:
+def simulator_site_folders() -> list[str]:
     return [folder for folder, _ in _simulator_packages()]
 
 
@@ -492,77 +415,6 @@ def _warn_if_unconfined() -> None:
 def _warn_once(message: str) -> None:
     log.warning(message)
     warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def _parse_results(data: bytes | None) -> tuple[int | None, int, list[str]]:
-    """(tests, failures, messages) of a cocotb results file; tests None when there is
-    none or it is not one. A DOCTYPE is refused (no entity expansion)."""
-    if not data or b"<!DOCTYPE" in data or b"<!ENTITY" in data:
-        return None, 0, []
-    try:
-        root = ElementTree.fromstring(data)
-    except ElementTree.ParseError:
-        return None, 0, []
-    tests = failures = 0
-    messages = []
-    try:
-        for suite in root.iter("testsuite"):
-            tests += int(suite.get("tests", 0))
-            failures += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
-    except ValueError:
-        return None, 0, []
-    for case in root.iter("testcase"):
-        for problem in list(case.findall("failure")) + list(case.findall("error")):
-            messages.append(
-                f"{case.get('name')}: {problem.get('message') or (problem.text or '').strip()}"[:500]
-            )
-    if failures == 0:
-        failures = len(messages)
-    return tests, failures, messages
-
-
-def run_candidate(
-    stimulus_text: str,
-    build_dir: Path,
-    toplevel: str,
-    limits: SandboxLimits = SandboxLimits(),
-    seed: int = 0,
-    points: dict[str, list[str]] | None = None,
-) -> SandboxResult:
-    """Simulate `stimulus_text` (a cocotb test module) against the build in `build_dir`;
-    coverage counts the points of `points` (default: the build's points manifest)."""
-    with confined_workdir(limits) as folder:
-        # in the candidate's own root every folder on the way is the sandbox's: only
-        # without namespaces must the sandbox uid be able to traverse the host's folders
-        if (folder.uid is not None and not folder.namespaced
-                and (blocked := blocked_for_others(Path(build_dir).resolve()))):
-            raise PermissionError(
-                f"the sandbox user cannot reach the build {build_dir}: {blocked} is not "
-                "world-traversable (keep the Verilator cache in a readable place, CHORUS_CACHE_DIR)"
-            )
-        (folder.home / f"{STIMULUS_MODULE}.py").write_text(stimulus_text)
-        with folder.outputs(OUT_DIR) as outputs:  # outputs.out holds what is scored
-            command, sim_env = simulator_command(folder.home, build_dir, toplevel, seed, limits.guard, outputs.out)
-            visible = [build_dir, *([GUARD_DIR] if limits.guard else [])]
-            run = run_confined(command, sim_env, folder, outputs, limits, read_only=visible)
-            tests, failures, messages = _parse_results(_read_output(outputs, RESULTS_NAME, RESULTS_MAX_BYTES))
-            dat = _read_output(outputs, COVERAGE_NAME, limits.fsize_mb * 1024 * 1024)
-        coverage = (
-            coverage_counts(dat.decode(errors="replace"), points if points is not None else load_points_manifest(build_dir))
-            if dat is not None and dat.startswith(COVERAGE_HEADER) else None
-        )
-        return SandboxResult(
-            returncode=run.returncode,
-            timed_out=run.timed_out,
-            wall_s=run.wall_s,
-            log_tail=run.log_tail,
-            output_limited=run.output_limited,
-            tests=tests,
-            failures=failures,
-            failure_messages=messages,
-            coverage=coverage,
-            confinement=run.confinement,
-        )
 
 
 def _slot_uid(slot: int | None) -> int | None:
@@ -687,7 +539,7 @@ def run_confined(
             # the run's folder: the child's writable mount holds home/ and the outputs
             [sys.executable, "-I", "-S", str(CHILD_SCRIPT), str(job_path)],
             cwd=folder.root,
-            env=_child_env(folder.home),
+            env=child_env(folder.home),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -6,15 +6,16 @@ import hashlib
 import json
 import logging
 import os
-import threading
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from chorus.harness.build import BuildError, ensure_build, load_points_manifest
 from chorus.harness.coverage import coverage_fractions, exclude_points
-from chorus.harness.sandbox import SandboxLimits, run_candidate
+from chorus.harness.cocotb_run import run_candidate
+from chorus.harness.sandbox import SandboxLimits
 from chorus.harness.timeouts import TimeoutPolicy, task_limits
 from chorus.tasks import AVERAGE, Task
 
@@ -243,14 +244,9 @@ def sample_seed(sample_id) -> int:
         return zlib.crc32(str(sample_id).encode()) & 0x7FFFFFFF
 
 
-def _stimulus_extractor():
-    """chorus.prompts.extract_answer (model text, answer language -> code) when
-    available, else identity."""
-    try:
-        from chorus.prompts import extract_answer
-    except ImportError:
-        return lambda text, language="cocotb": text
-    return extract_answer
+def unchanged(text: str, language: str = "cocotb") -> str:
+    """The completion as it is: for rows whose completion is the stimulus itself."""
+    return text
 
 
 GENERATION_FIELDS = ("task_id", "sample_id", "completion")
@@ -267,6 +263,14 @@ def _sample_key(row: dict) -> tuple[str, str, str]:
     (duplicate ids, a stale sidecar of an earlier generations file)."""
     digest = row.get("completion_sha256") if "completion" not in row else completion_digest(row["completion"])
     return (str(row["task_id"]), str(row["sample_id"]), str(digest))
+
+
+def _result_key(record: dict) -> tuple[str, str, str] | None:
+    """A journal line's sample key; None for a line of an older format (no completion
+    hash), which cannot be matched to code and is scored again."""
+    if all(name in record for name in ("completion_sha256", "task_id", "sample_id")):
+        return _sample_key(record)
+    return None
 
 
 def generation_problem(row, tasks: dict[str, Task] | None = None) -> str | None:
@@ -316,26 +320,26 @@ def score_generations(
     cache_dir: str | Path | None = None,
     resume: bool = True,
     timeouts: TimeoutPolicy | None = None,
+    extract: Callable[[str, str], str] = unchanged,
 ) -> list[dict]:
     """Score generation rows ({task_id, sample_id, completion}) and write one result row
     per scorable sample to `out_jsonl`.
 
-    Each result is appended to the sidecar `<out_jsonl>.partial` (flushed and fsynced)
-    the moment its sandbox finishes, so a killed run resumes (`resume=True`) without
-    re-simulating finished samples; a torn last line is ignored. Results are keyed by
+    Each result is appended to the journal `<out_jsonl>.partial` (chorus.journal: flushed
+    and fsynced) the moment its sandbox finishes, so a killed run resumes (`resume=True`)
+    without re-simulating finished samples; a torn last line is ignored. Results are keyed by
     content (`_sample_key`: task, sample id, hash of the completion, which every result
     row carries as `completion_sha256`): a sidecar line is reused only for the very same
     code. A row that cannot be scored (`generation_problem`) is logged and left out; the
     rest is scored. `out_jsonl` itself appears (atomically) only once every row has its
-    result, in the order of `rows`.
+    result, in the order of `rows`. `extract(completion, answer_language)` turns a
+    completion into the code to simulate (model text: chorus.prompts.extract_answer; the
+    harness knows nothing of prompts); by default the completion is the code.
     """
-    from chorus.io import Progress, read_jsonl, write_jsonl
+    from chorus.io import Progress
+    from chorus.journal import Journal, journal_path
 
-    extract = _stimulus_extractor()
     out_jsonl = Path(out_jsonl)
-    partial = out_jsonl.with_name(out_jsonl.name + ".partial")
-    if not resume:
-        partial.unlink(missing_ok=True)
     valid = []
     for index, row in enumerate(rows):
         problem = generation_problem(row, tasks)
@@ -344,13 +348,11 @@ def score_generations(
         else:
             valid.append(row)
     rows = valid
+    journal = Journal(journal_path(out_jsonl), _result_key, resume=resume)
     wanted = {_sample_key(r) for r in rows}
-    done = {}
-    for record in read_jsonl(partial):
-        # a line of an older format (no completion hash) cannot be matched to code: re-score
-        if isinstance(record, dict) and "completion_sha256" in record and "task_id" in record and "sample_id" in record:
-            if _sample_key(record) in wanted:
-                done[_sample_key(record)] = record
+    done = journal.done
+    for stale in set(done) - wanted:
+        del done[stale]
     todo: dict[tuple[str, str, str], dict] = {}  # the same sample twice simulates once
     for row in rows:
         if _sample_key(row) not in done:
@@ -360,7 +362,6 @@ def score_generations(
     out_jsonl.parent.mkdir(parents=True, exist_ok=True)
     for task in {tasks[r["task_id"]].design_hash(): tasks[r["task_id"]] for r in todo}.values():
         prebuild(task, cache_dir)
-    lock = threading.Lock()
     progress = Progress("scored samples", len(todo))
 
     def run(row: dict) -> None:
@@ -372,25 +373,15 @@ def score_generations(
             seed=sample_seed(row["sample_id"]),
             timeouts=timeouts,
         )
-        record = flatten_result(row, result)
-        with lock:
-            done[_sample_key(row)] = record
-            sidecar.write(json.dumps(record, sort_keys=True) + "\n")
-            sidecar.flush()
-            os.fsync(sidecar.fileno())
-            progress.update()
+        journal.append(flatten_result(row, result))
+        progress.update()
 
-    torn = partial.exists() and partial.stat().st_size and not partial.read_bytes().endswith(b"\n")
-    with open(partial, "a") as sidecar:
-        if torn:
-            sidecar.write("\n")  # a previous run died mid-line: start on a fresh one
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for future in [pool.submit(run, row) for row in todo]:
-                future.result()
+    with journal, ThreadPoolExecutor(max_workers=workers) as pool:
+        for future in [pool.submit(run, row) for row in todo]:
+            future.result()
     # each row keeps its own ids (a verdict shared by 1 and "1" is written under each)
     ordered = [dict(done[_sample_key(r)], task_id=r["task_id"], sample_id=r["sample_id"]) for r in rows]
-    write_jsonl(out_jsonl, ordered)
-    partial.unlink(missing_ok=True)
+    journal.finish(out_jsonl, ordered)
     return ordered
 
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chorus.harness.build import _locked
-from chorus.harness.sandbox import SandboxLimits, run_candidate
+from chorus.harness.cocotb_run import run_candidate
+from chorus.harness.sandbox import SandboxLimits
 from chorus.io import atomic_write_json
 from chorus.tasks import Task
 

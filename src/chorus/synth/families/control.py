@@ -7,23 +7,7 @@ import random
 
 from chorus.synth import family, span
 from chorus.synth.design import Design, Port, Step, Style, lit, mask, pick_name
-from chorus.synth.families.sequential import _clock_ports, _reset_block
-
-
-def _design(fam, name, title, difficulty, style, rtl, ports, behaviour, scenarios, after_reset, params) -> Design:
-    return Design(
-        family=fam,
-        module=name,
-        title=title,
-        difficulty=difficulty,
-        files={name + style.ext: rtl},
-        ports=ports,
-        behaviour=behaviour,
-        scenarios=scenarios,
-        clocking=style.clocking,
-        after_reset=after_reset,
-        params=params,
-    )
+from chorus.synth.families.common import clock_ports, make_design, reset_block
 
 
 @family("timer")
@@ -34,7 +18,7 @@ def timer(rng: random.Random, split: str) -> Design:
     pw = max(1, (prescale - 1).bit_length())
     name = pick_name(rng, ["timer", "prescaler", "tick_gen", "divider"])
     en, tick, count, done = rng.choice(["en", "run"]), rng.choice(["tick", "strobe"]), "count", rng.choice(["done", "expired", "overflow"])
-    ports = _clock_ports(style) + [
+    ports = clock_ports(style) + [
         Port(en, "input", 1, "run enable"),
         Port(tick, "output", 1, f"one-cycle pulse every {prescale} enabled cycles"),
         Port(count, "output", width, "number of ticks, wrapping"),
@@ -53,7 +37,7 @@ def timer(rng: random.Random, split: str) -> Design:
         "  end",
         "end",
     ]
-    rtl += _reset_block(style, [f"pre <= {lit(pw, 0)};", f"{tick} <= 1'b0;", f"{count} <= {lit(width, 0)};"], body)
+    rtl += reset_block(style, [f"pre <= {lit(pw, 0)};", f"{tick} <= 1'b0;", f"{count} <= {lit(width, 0)};"], body)
     rtl += f"  assign {done} = &{count};\nendmodule\n"
     full = prescale * (1 << width) + prescale
     steps = [Step({en: 1}, prescale * 2), Step({en: 0}, 3), Step({en: 1}, full)]
@@ -63,7 +47,7 @@ def timer(rng: random.Random, split: str) -> Design:
         f"`{tick}` is high for the next cycle (registered) and `{count}` ({width} bits) increments, wrapping. "
         f"While `{en}` is low everything holds and `{tick}` is 0. `{done}` is combinational: high while `{count}` is all ones."
     )
-    return _design(
+    return make_design(
         "timer", name, f"Prescaled tick timer (/{prescale}, {width}-bit tick count)", "easy", style, rtl, ports,
         behaviour, [steps, alt], f"prescaler 0, `{tick}` = 0, `{count}` = 0.", {"prescale": prescale, "width": width},
     )
@@ -76,14 +60,14 @@ def pwm(rng: random.Random, split: str) -> Design:
     invert = rng.random() < 0.3
     name = pick_name(rng, ["pwm", "pwm_gen", "duty", "dimmer"])
     en, duty, out, period_end = rng.choice(["en", "enable"]), rng.choice(["duty", "level", "compare"]), rng.choice(["pwm_out", "out", "pwm"]), rng.choice(["period_end", "wrap", "cycle_start"])
-    ports = _clock_ports(style) + [
+    ports = clock_ports(style) + [
         Port(en, "input", 1, "run enable"),
         Port(duty, "input", width, "duty value: cycles per period the output is active"),
         Port(out, "output", 1, "PWM output" + (" (active low)" if invert else "")),
         Port(period_end, "output", 1, "high while the period counter is at its last value"),
     ]
     rtl = style.header(name, ports, set()) + f"  {style.var(width)} ctr;\n"
-    rtl += _reset_block(style, [f"ctr <= {lit(width, 0)};"], [f"if ({en}) ctr <= ctr + {lit(width, 1)};"])
+    rtl += reset_block(style, [f"ctr <= {lit(width, 0)};"], [f"if ({en}) ctr <= ctr + {lit(width, 1)};"])
     active = f"({en} && (ctr < {duty}))"
     rtl += f"  assign {out} = {'!' if invert else ''}{active};\n  assign {period_end} = (ctr == {lit(width, mask(width))});\nendmodule\n"
     period = 1 << width
@@ -97,7 +81,7 @@ def pwm(rng: random.Random, split: str) -> Design:
         f"`{out}` is combinational: {'low' if invert else 'high'} while `{en}` is high and the counter is below `{duty}`, "
         f"{'high' if invert else 'low'} otherwise. `{period_end}` is high while the counter is {mask(width)}."
     )
-    return _design(
+    return make_design(
         "pwm", name, f"{width}-bit PWM generator", "easy", style, rtl, ports, behaviour, [steps, alt],
         "period counter 0.", {"width": width, "invert": invert},
     )
@@ -111,7 +95,7 @@ def debouncer(rng: random.Random, split: str) -> Design:
     name = pick_name(rng, ["debounce", "debouncer", "filter", "glitch"])
     noisy, clean, rise, fall = rng.choice(["noisy", "btn", "raw"]), rng.choice(["clean", "level", "btn_db"]), "rise", "fall"
     pulses = rng.random() < 0.6
-    ports = _clock_ports(style) + [Port(noisy, "input", 1, "bouncing input"), Port(clean, "output", 1, "debounced level")]
+    ports = clock_ports(style) + [Port(noisy, "input", 1, "bouncing input"), Port(clean, "output", 1, "debounced level")]
     if pulses:
         ports += [Port(rise, "output", 1, "one-cycle pulse when the level rises"), Port(fall, "output", 1, "one-cycle pulse when it falls")]
     regs = {clean} | ({rise, fall} if pulses else set())
@@ -127,7 +111,7 @@ def debouncer(rng: random.Random, split: str) -> Design:
         f"  cnt <= cnt + {lit(cw, 1)};",
         "end",
     ]
-    rtl += _reset_block(style, resets, body) + "endmodule\n"
+    rtl += reset_block(style, resets, body) + "endmodule\n"
     bounce = [Step({noisy: b}) for b in (1, 0, 1, 1, 0)]
     steps = bounce + [Step({noisy: 1}, stable + 2)] + bounce[::-1] + [Step({noisy: 0}, stable + 2), Step({noisy: 1}, stable + 3), Step({noisy: 0}, stable + 3)]
     alt = [Step({noisy: 1}, stable + 2), Step({noisy: 0}, 1), Step({noisy: 1}, 1), Step({noisy: 0}, stable + 3)] + bounce + [Step({noisy: 0}, stable + 2)]
@@ -137,7 +121,7 @@ def debouncer(rng: random.Random, split: str) -> Design:
     )
     if pulses:
         behaviour += f" `{rise}` / `{fall}` are high for the one cycle after `{clean}` rises / falls."
-    return _design(
+    return make_design(
         "debouncer", name, f"Input debouncer ({stable} stable cycles)", "easy", style, rtl, ports, behaviour,
         [steps, alt], f"`{clean}` = 0" + (", no pulses." if pulses else "."), {"stable": stable, "pulses": pulses},
     )
@@ -150,7 +134,7 @@ def saturating_accumulator(rng: random.Random, split: str) -> Design:
     iw = max(2, width - rng.randint(1, 3))
     name = pick_name(rng, ["accum", "sat_acc", "integrator", "summer"])
     add, sub, din, acc, sat = "add", "sub", rng.choice(["din", "delta", "x"]), rng.choice(["acc", "total", "sum"]), rng.choice(["sat", "clipped", "limit"])
-    ports = _clock_ports(style) + [
+    ports = clock_ports(style) + [
         Port(add, "input", 1, f"add `{din}` (priority over `{sub}`)"),
         Port(sub, "input", 1, f"subtract `{din}`"),
         Port(din, "input", iw, "operand"),
@@ -169,7 +153,7 @@ def saturating_accumulator(rng: random.Random, split: str) -> Design:
         f"  else {acc} <= down[{width - 1}:0];",
         "end",
     ]
-    rtl += _reset_block(style, [f"{acc} <= {lit(width, 0)};", f"{sat} <= 1'b0;"], body) + "endmodule\n"
+    rtl += reset_block(style, [f"{acc} <= {lit(width, 0)};", f"{sat} <= 1'b0;"], body) + "endmodule\n"
     big = mask(iw)
     n_up = (mask(width) // big) + 2
     steps = [Step({add: 0, sub: 1, din: 1}), Step({sub: 0, add: 1, din: big}, n_up), Step({add: 0, sub: 0}, 2), Step({add: 1, sub: 1, din: 0x55 & big}),
@@ -180,7 +164,7 @@ def saturating_accumulator(rng: random.Random, split: str) -> Design:
         f"{mask(width)} clamp to {mask(width)} and below 0 clamp to 0, and `{sat}` is 1 for that cycle's result. "
         f"With neither, `{acc}` holds and `{sat}` is 0."
     )
-    return _design(
+    return make_design(
         "saturating_accumulator", name, f"{width}-bit saturating accumulator", "medium", style, rtl, ports, behaviour,
         [steps, alt], f"`{acc}` = 0, `{sat}` = 0.", {"width": width, "operand_width": iw},
     )
@@ -198,7 +182,7 @@ def lfsr(rng: random.Random, split: str) -> Design:
     seed_value = rng.randrange(1, 1 << width)
     name = pick_name(rng, ["lfsr", "prbs", "scrambler", "noise"])
     en, load, seed, q = rng.choice(["en", "step"]), "load", "seed", rng.choice(["q", "state", "lfsr_q"])
-    ports = _clock_ports(style) + [
+    ports = clock_ports(style) + [
         Port(en, "input", 1, "advance"),
         Port(load, "input", 1, f"load `{seed}` (priority)"),
         Port(seed, "input", width, "load value"),
@@ -207,7 +191,7 @@ def lfsr(rng: random.Random, split: str) -> Design:
     taps = [i for i in range(width) if poly >> i & 1]
     fb = " ^ ".join(f"{q}[{i}]" for i in taps)
     rtl = style.header(name, ports, {q}) + f"  {style.wire(1)} fb;\n  assign fb = {fb};\n"
-    rtl += _reset_block(style, [f"{q} <= {lit(width, seed_value)};"], [f"if ({load}) {q} <= {seed};", f"else if ({en}) {q} <= {{{q}[{width - 2}:0], fb}};"])
+    rtl += reset_block(style, [f"{q} <= {lit(width, seed_value)};"], [f"if ({load}) {q} <= {seed};", f"else if ({en}) {q} <= {{{q}[{width - 2}:0], fb}};"])
     rtl += "endmodule\n"
     steps = [Step({en: 1}, 3 * width), Step({en: 0}, 2), Step({load: 1, seed: mask(width)}), Step({load: 0, en: 1}, 2 * width),
              Step({load: 1, seed: 0}), Step({load: 0, en: 1}, 3), Step({load: 1, seed: 0x5A5A & mask(width)}), Step({load: 0, en: 1}, 2 * width)]
@@ -217,7 +201,7 @@ def lfsr(rng: random.Random, split: str) -> Design:
         f"`{en}` is high `{q}` shifts left by one and the new LSB is the XOR of bits {', '.join(map(str, taps))} of `{q}` "
         f"(before the shift). A state of 0 stays 0."
     )
-    return _design(
+    return make_design(
         "lfsr", name, f"{width}-bit LFSR (taps {', '.join(map(str, taps))})", "easy", style, rtl, ports, behaviour,
         [steps, alt], f"`{q}` = {seed_value}.", {"width": width, "poly": poly},
     )
@@ -231,7 +215,7 @@ def crc(rng: random.Random, split: str) -> Design:
     init = rng.choice([0, mask(width)])
     name = pick_name(rng, ["crc", "crc_serial", "checksum", "crc_unit"])
     din, valid, clear, crc_q, zero = rng.choice(["din", "bit_in", "data"]), rng.choice(["valid", "en", "shift"]), rng.choice(["clear", "init"]), "crc", "crc_zero"
-    ports = _clock_ports(style) + [
+    ports = clock_ports(style) + [
         Port(valid, "input", 1, "a data bit is present"),
         Port(din, "input", 1, "serial data bit"),
         Port(clear, "input", 1, f"restart: `{crc_q}` := {init} (priority)"),
@@ -239,7 +223,7 @@ def crc(rng: random.Random, split: str) -> Design:
         Port(zero, "output", 1, f"high while `{crc_q}` == 0"),
     ]
     rtl = style.header(name, ports, {crc_q}) + f"  {style.wire(1)} fb;\n  assign fb = {crc_q}[{width - 1}] ^ {din};\n"
-    rtl += _reset_block(
+    rtl += reset_block(
         style,
         [f"{crc_q} <= {lit(width, init)};"],
         [f"if ({clear}) {crc_q} <= {lit(width, init)};", f"else if ({valid}) {crc_q} <= {{{crc_q}[{width - 2}:0], 1'b0}} ^ ({{{width}{{fb}}}} & {lit(width, poly)});"],
@@ -254,7 +238,7 @@ def crc(rng: random.Random, split: str) -> Design:
         f"after reset: `{clear}` sets `{crc_q}` to {init}; otherwise with `{valid}` high, fb = `{crc_q}`[{width - 1}] ^ `{din}` "
         f"and `{crc_q}` := (`{crc_q}` << 1) ^ (fb ? 0x{poly:x} : 0). `{zero}` is combinational."
     )
-    return _design(
+    return make_design(
         "crc", name, f"Serial CRC-{width} (poly 0x{poly:x})", "medium", style, rtl, ports, behaviour, [steps, alt],
         f"`{crc_q}` = {init}.", {"width": width, "poly": poly, "init": init},
     )
@@ -268,7 +252,7 @@ def arbiter(rng: random.Random, split: str) -> Design:
     iw = max(1, (n - 1).bit_length())
     name = pick_name(rng, ["arbiter", "arb", "grant_ctl", "rr_arb" if round_robin else "fp_arb"])
     req, gnt = rng.choice(["req", "request"]), rng.choice(["gnt", "grant"])
-    ports = _clock_ports(style) + [Port(req, "input", n, "request per client"), Port(gnt, "output", n, "registered one-hot grant")]
+    ports = clock_ports(style) + [Port(req, "input", n, "request per client"), Port(gnt, "output", n, "registered one-hot grant")]
     rtl = style.header(name, ports, {gnt})
     if round_robin:
         rtl += f"  {style.var(iw)} last;\n  {style.var(n)} pick;\n  {style.var(iw)} pick_idx;\n"
@@ -277,14 +261,14 @@ def arbiter(rng: random.Random, split: str) -> Design:
         rtl += f"    for (k = {2 * n - 1}; k >= 1; k = k - 1) begin\n"
         rtl += f"      if (k <= {n} && {req}[(last + k) % {n}]) begin\n"
         rtl += f"        pick = {lit(n, 0)};\n        pick[(last + k) % {n}] = 1'b1;\n        pick_idx = (last + k) % {n};\n      end\n    end\n  end\n"
-        rtl += _reset_block(style, [f"{gnt} <= {lit(n, 0)};", f"last <= {lit(iw, n - 1)};"], [f"{gnt} <= pick;", f"if (|{req}) last <= pick_idx;"])
+        rtl += reset_block(style, [f"{gnt} <= {lit(n, 0)};", f"last <= {lit(iw, n - 1)};"], [f"{gnt} <= pick;", f"if (|{req}) last <= pick_idx;"])
     else:
         order = list(range(n))
         rng.shuffle(order)
         rtl += f"  {style.var(n)} pick;\n  {style.comb()} begin\n    pick = {lit(n, 0)};\n"
         for i, k in enumerate(order):
             rtl += f"    {'if' if i == 0 else 'else if'} ({req}[{k}]) pick = {lit(n, 1 << k)};\n"
-        rtl += "  end\n" + _reset_block(style, [f"{gnt} <= {lit(n, 0)};"], [f"{gnt} <= pick;"])
+        rtl += "  end\n" + reset_block(style, [f"{gnt} <= {lit(n, 0)};"], [f"{gnt} <= pick;"])
     rtl += "endmodule\n"
     steps = [Step({req: 0})]
     for r in range(1, 1 << n):
@@ -302,7 +286,7 @@ def arbiter(rng: random.Random, split: str) -> Design:
             f"Fixed-priority arbiter for {n} clients. On each rising edge after reset, `{gnt}` becomes one-hot for the "
             f"requesting client of highest priority (priority order, highest first: {', '.join(map(str, order))}), or 0."
         )
-    return _design(
+    return make_design(
         "arbiter", name, f"{n}-client {'round-robin' if round_robin else 'fixed-priority'} arbiter", "medium" if round_robin else "easy",
         style, rtl, ports, behaviour, [steps, alt], f"`{gnt}` = 0.", {"clients": n, "round_robin": round_robin},
     )
@@ -316,7 +300,7 @@ def fifo(rng: random.Random, split: str) -> Design:
     width = span(rng, split, (2, 8), (9, 12))
     name = pick_name(rng, ["fifo", "queue", "buffer", "sync_fifo"])
     wr, rd, din, dout, full, empty, cnt = rng.choice(["wr_en", "push", "wr"]), rng.choice(["rd_en", "pop", "rd"]), "din", "dout", "full", "empty", "count"
-    ports = _clock_ports(style) + [
+    ports = clock_ports(style) + [
         Port(wr, "input", 1, "write `din` (ignored when full)"),
         Port(rd, "input", 1, "read: advance to the next entry (ignored when empty)"),
         Port(din, "input", width, "write data"),
@@ -328,7 +312,7 @@ def fifo(rng: random.Random, split: str) -> Design:
     rtl = style.header(name, ports, {cnt})
     rtl += f"  {style.var(width)} mem [0:{depth - 1}];\n  {style.var(aw)} wp, rp;\n  {style.wire(1)} do_wr, do_rd;\n"
     rtl += f"  assign do_wr = {wr} && !{full};\n  assign do_rd = {rd} && !{empty};\n"
-    rtl += _reset_block(
+    rtl += reset_block(
         style,
         [f"wp <= {lit(aw, 0)};", f"rp <= {lit(aw, 0)};", f"{cnt} <= {lit(aw + 1, 0)};"],
         [
@@ -357,7 +341,7 @@ def fifo(rng: random.Random, split: str) -> Design:
         f"full; `{rd}` drops the oldest entry unless empty; both may happen on one edge. `{dout}` shows the oldest entry "
         f"(combinational read). `{full}`, `{empty}` and `{cnt}` describe the number of stored entries."
     )
-    return _design(
+    return make_design(
         "fifo", name, f"Synchronous FIFO, {depth} x {width}", "medium", style, rtl, ports, behaviour, [steps, alt],
         f"empty, `{cnt}` = 0.", {"depth": depth, "width": width},
     )
@@ -370,7 +354,7 @@ def handshake(rng: random.Random, split: str) -> Design:
     transform = rng.choice(["pass", "invert", "increment"])
     name = pick_name(rng, ["pipe_stage", "reg_slice", "hs_reg", "stage"])
     iv, ir, idata, ov, orr, odata = "in_valid", "in_ready", "in_data", "out_valid", "out_ready", "out_data"
-    ports = _clock_ports(style) + [
+    ports = clock_ports(style) + [
         Port(iv, "input", 1, "upstream offers `in_data`"),
         Port(ir, "output", 1, "this stage can accept"),
         Port(idata, "input", width, "upstream data"),
@@ -381,7 +365,7 @@ def handshake(rng: random.Random, split: str) -> Design:
     expr = {"pass": idata, "invert": f"~{idata}", "increment": f"{idata} + {lit(width, 1)}"}[transform]
     rtl = style.header(name, ports, {ov, odata})
     rtl += f"  assign {ir} = !{ov} || {orr};\n"
-    rtl += _reset_block(
+    rtl += reset_block(
         style,
         [f"{ov} <= 1'b0;", f"{odata} <= {lit(width, 0)};"],
         [f"if ({iv} && {ir}) begin", f"  {ov} <= 1'b1;", f"  {odata} <= {expr};", f"end else if ({orr}) begin", f"  {ov} <= 1'b0;", "end"],
@@ -397,7 +381,7 @@ def handshake(rng: random.Random, split: str) -> Design:
         f"when `{iv}` and `{ir}` are high the stage takes {what} into `{odata}` and sets `{ov}`; otherwise when `{orr}` is "
         f"high it clears `{ov}` (the word was taken). `{odata}` holds otherwise."
     )
-    return _design(
+    return make_design(
         "handshake", name, f"Valid/ready pipeline stage ({transform}, {width} bits)", "medium", style, rtl, ports, behaviour,
         [steps, alt], f"`{ov}` = 0, `{odata}` = 0.", {"width": width, "transform": transform},
     )
@@ -413,7 +397,7 @@ def register_file(rng: random.Random, split: str) -> Design:
     bypass = rng.random() < 0.4
     name = pick_name(rng, ["regfile", "rf", "regs", "bank"])
     we, wa, wd, ra, rd = "we", "waddr", "wdata", "raddr", "rdata"
-    ports = _clock_ports(style) + [
+    ports = clock_ports(style) + [
         Port(we, "input", 1, "write enable"),
         Port(wa, "input", aw, "write address"),
         Port(wd, "input", width, "write data"),
@@ -448,7 +432,7 @@ def register_file(rng: random.Random, split: str) -> Design:
     behaviour += f" (register 0 is read-only and always reads 0)." if zero_reg else "."
     behaviour += f" `{rd}` is combinational: register `{ra}`"
     behaviour += f", or `{wd}` while a write to the same address is pending (write-through bypass)." if bypass else "."
-    return _design(
+    return make_design(
         "register_file", name, f"{n} x {width} register file", "easy" if not bypass else "medium", style, rtl, ports,
         behaviour, [steps, alt], "every register is 0.", {"regs": n, "width": width, "zero_reg": zero_reg, "bypass": bypass},
     )

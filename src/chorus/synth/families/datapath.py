@@ -7,7 +7,7 @@ import random
 
 from chorus.synth import family, span
 from chorus.synth.design import Design, Port, Step, Style, lit, mask, pick_name
-from chorus.synth.families.sequential import _clock_ports
+from chorus.synth.families.common import clock_ports, make_design
 
 # name -> (verilog expression on a, b of width W giving a W+1-bit result, description)
 ALU_OPS = {
@@ -40,7 +40,7 @@ def alu(rng: random.Random, split: str) -> Design:
     codes = rng.sample(range(1 << ow), n_ops)
     name = pick_name(rng, ["alu", "exec", "arith", "calc"])
     y, zero, carry, op = rng.choice(["y", "result", "res"]), "zero", "carry", rng.choice(["op", "opcode", "fn"])
-    ports = (_clock_ports(style) + [Port("valid", "input", 1, "when high, the result is registered")]) if registered else []
+    ports = (clock_ports(style) + [Port("valid", "input", 1, "when high, the result is registered")]) if registered else []
     ports += [
         Port(op, "input", ow, "operation select (table below)"),
         Port("a", "input", width, "operand a"),
@@ -102,18 +102,11 @@ def alu(rng: random.Random, split: str) -> Design:
         f"Operands and result are {width} bits (parameter `W` = {width}). Other `{op}` values give "
         f"result 0 and carry 0. `{zero}` is high when the {width}-bit result is 0.\n\n{table}"
     )
-    return Design(
-        family="alu",
-        module=name,
-        title=f"{width}-bit {'registered' if registered else 'combinational'} ALU with {n_ops} operations",
-        difficulty="medium" if n_ops <= 5 else "hard",
-        files={name + style.ext: rtl},
-        ports=ports,
-        behaviour=behaviour,
-        scenarios=[walk(False), walk(True)],
-        clocking=style.clocking,
-        after_reset=f"`{y}`, `{zero}` and `{carry}` are 0." if registered else "",
-        params={"width": width, "ops": ops, "registered": registered},
+    return make_design(
+        "alu", name, f"{width}-bit {'registered' if registered else 'combinational'} ALU with {n_ops} operations",
+        "medium" if n_ops <= 5 else "hard", style, rtl, ports, behaviour, [walk(False), walk(True)],
+        f"`{y}`, `{zero}` and `{carry}` are 0." if registered else "",
+        {"width": width, "ops": ops, "registered": registered},
     )
 
 
@@ -157,17 +150,9 @@ def mux(rng: random.Random, split: str) -> Design:
     behaviour = f"`{y}` = `in<k>` when `{sel}` = k (k < {n}); other `{sel}` values give {default}. All inputs and `{y}` are {width} bits."
     if n == (1 << sw):
         behaviour = f"`{y}` = `in<k>` when `{sel}` = k. All inputs and `{y}` are {width} bits."
-    return Design(
-        family="mux",
-        module=name,
-        title=f"{n}:1 multiplexer, {width} bits",
-        difficulty="easy",
-        files={name + style.ext: rtl},
-        ports=ports,
-        behaviour=behaviour,
-        scenarios=[walk(codes), walk(codes[::-1])],
-        clocking=None,
-        params={"inputs": n, "width": width},
+    return make_design(
+        "mux", name, f"{n}:1 multiplexer, {width} bits", "easy", style, rtl, ports, behaviour,
+        [walk(codes), walk(codes[::-1])], "", {"inputs": n, "width": width},
     )
 
 
@@ -202,17 +187,9 @@ def decoder(rng: random.Random, split: str) -> Design:
         f"{'high' if active_low else 'low'}; with `{en}` low every bit of `{y}` is {'high' if active_low else 'low'}. "
         "Purely combinational."
     )
-    return Design(
-        family="decoder",
-        module=name,
-        title=f"{n}-to-{out_w} decoder, active-{polarity} outputs",
-        difficulty="easy",
-        files={name + style.ext: rtl},
-        ports=ports,
-        behaviour=behaviour,
-        scenarios=[steps, alt],
-        clocking=None,
-        params={"bits": n, "active_low": active_low},
+    return make_design(
+        "decoder", name, f"{n}-to-{out_w} decoder, active-{polarity} outputs", "easy", style, rtl, ports, behaviour,
+        [steps, alt], "", {"bits": n, "active_low": active_low},
     )
 
 
@@ -243,15 +220,7 @@ def priority_encoder(rng: random.Random, split: str) -> Design:
         f"`{valid}` is high when any bit of `{req}` is set; `{idx}` is then the index of the {side}-numbered set bit "
         f"(0 when none is set). Purely combinational."
     )
-    return Design(
-        family="priority_encoder",
-        module=name,
-        title=f"{n}-bit priority encoder ({side} index wins)",
-        difficulty="easy",
-        files={name + style.ext: rtl},
-        ports=ports,
-        behaviour=behaviour,
-        scenarios=[steps, alt],
-        clocking=None,
-        params={"width": n, "msb_first": msb_first},
+    return make_design(
+        "priority_encoder", name, f"{n}-bit priority encoder ({side} index wins)", "easy", style, rtl, ports,
+        behaviour, [steps, alt], "", {"width": n, "msb_first": msb_first},
     )

@@ -8,7 +8,7 @@ from collections import deque
 
 from chorus.synth import family, span
 from chorus.synth.design import Design, Port, Step, Style, lit, pick_name
-from chorus.synth.families.sequential import _clock_ports
+from chorus.synth.families.common import clock_ports, make_design
 
 STATE_WORDS = ["IDLE", "ARM", "WAIT", "RUN", "HOLD", "DONE", "FILL", "DRAIN", "SYNC", "LOCK", "PAUSE", "ERR"]
 INPUT_WORDS = ["go", "stop", "req", "ack", "mode", "hit", "kick", "flag", "sel"]
@@ -65,7 +65,7 @@ def fsm(rng: random.Random, split: str) -> Design:
 
     name = pick_name(rng, ["fsm", "ctrl", "sequencer", "controller", "sm"])
     out = rng.choice(["out", "state_out", "code", "status"])
-    ports = _clock_ports(style) + [Port(i, "input", 1, "control input") for i in inputs]
+    ports = clock_ports(style) + [Port(i, "input", 1, "control input") for i in inputs]
     ports.append(Port(out, "output", out_w, "Moore output of the current state (table below)"))
     sw = max(1, (n_states - 1).bit_length())
     enc = list(range(n_states))
@@ -148,18 +148,10 @@ def fsm(rng: random.Random, split: str) -> Design:
         "state of the first guard that holds; when none holds it stays. "
         f"`{out}` is a combinational function of the current state:\n\n{table}"
     )
-    return Design(
-        family="fsm",
-        module=name,
-        title=f"{n_states}-state controller with guarded transitions",
-        difficulty="medium" if n_states <= 4 else "hard",
-        files={name + style.ext: rtl},
-        ports=ports,
-        behaviour=behaviour,
-        scenarios=[walk(1), walk(2)],
-        clocking=c,
-        after_reset=f"state {states[0]}, `{out}` = {outputs[states[0]]}.",
-        params={"states": n_states, "inputs": len(inputs), "transitions": sum(map(len, edges.values()))},
+    return make_design(
+        "fsm", name, f"{n_states}-state controller with guarded transitions", "medium" if n_states <= 4 else "hard",
+        style, rtl, ports, behaviour, [walk(1), walk(2)], f"state {states[0]}, `{out}` = {outputs[states[0]]}.",
+        {"states": n_states, "inputs": len(inputs), "transitions": sum(map(len, edges.values()))},
     )
 
 
@@ -205,7 +197,7 @@ def seq_detect(rng: random.Random, split: str) -> Design:
     name = pick_name(rng, ["detect", "seqdet", "pattern", "matcher"], ("", f"_{pat}", "_fsm"))
     din, found, count = rng.choice(["din", "bit_in", "serial", "d"]), rng.choice(["found", "match", "detected"]), "count"
     c = style.clocking
-    ports = _clock_ports(style) + [Port(din, "input", 1, "serial input, one bit per cycle")]
+    ports = clock_ports(style) + [Port(din, "input", 1, "serial input, one bit per cycle")]
     ports.append(Port(found, "output", 1, "registered one-cycle match pulse"))
     if counted:
         ports.append(Port(count, "output", cw, f"number of matches, saturating at {(1 << cw) - 1}"))
@@ -250,16 +242,9 @@ def seq_detect(rng: random.Random, split: str) -> Design:
     )
     if counted:
         behaviour += f" `{count}` increments on each match and saturates at {(1 << cw) - 1}."
-    return Design(
-        family="seq_detect",
-        module=name,
-        title=f"{'Overlapping' if overlap else 'Non-overlapping'} {pat} sequence detector",
-        difficulty="medium",
-        files={name + style.ext: rtl},
-        ports=ports,
-        behaviour=behaviour,
-        scenarios=[walk(False), walk(True)],
-        clocking=c,
-        after_reset=f"no partial match, `{found}` = 0" + (f", `{count}` = 0." if counted else "."),
-        params={"pattern": pat, "overlap": overlap, "count_width": cw if counted else 0},
+    return make_design(
+        "seq_detect", name, f"{'Overlapping' if overlap else 'Non-overlapping'} {pat} sequence detector", "medium",
+        style, rtl, ports, behaviour, [walk(False), walk(True)],
+        f"no partial match, `{found}` = 0" + (f", `{count}` = 0." if counted else "."),
+        {"pattern": pat, "overlap": overlap, "count_width": cw if counted else 0},
     )

@@ -6,25 +6,7 @@ import random
 
 from chorus.synth import family, span
 from chorus.synth.design import Design, Port, Step, Style, lit, mask, pick_name
-
-
-def _clock_ports(style: Style) -> list[Port]:
-    c = style.clocking
-    polarity = "active low" if c.active_low else "active high"
-    return [
-        Port(c.clock, "input", 1, "clock"),
-        Port(c.reset, "input", 1, f"{'asynchronous' if c.asynchronous else 'synchronous'} reset, {polarity}"),
-    ]
-
-
-def _reset_block(style: Style, resets: list[str], body: list[str], indent: str = "  ") -> str:
-    """`<ff> begin if (reset) ... else begin body end end`."""
-    lines = [f"{indent}{style.ff()} begin", f"{indent}  if ({style.reset_cond()}) begin"]
-    lines += [f"{indent}    {r}" for r in resets]
-    lines += [f"{indent}  end else begin"]
-    lines += [f"{indent}    {b}" for b in body]
-    lines += [f"{indent}  end", f"{indent}end"]
-    return "\n".join(lines) + "\n"
+from chorus.synth.families.common import clock_ports, make_design, reset_block
 
 
 @family("counter")
@@ -45,7 +27,7 @@ def counter(rng: random.Random, split: str) -> Design:
     )
     last = (modulus - 1) if modulus else (0 if down else mask(width))
     first = (modulus - 1 if modulus else mask(width)) if down else 0
-    ports = _clock_ports(style)
+    ports = clock_ports(style)
     if has_en:
         ports.append(Port(en, "input", 1, "count enable"))
     if has_load:
@@ -69,7 +51,7 @@ def counter(rng: random.Random, split: str) -> Design:
     else:
         body += [count]
     rtl = style.header(name, ports, {q})
-    rtl += _reset_block(style, [f"{q} <= {lit(width, first if down else 0)};"], body)
+    rtl += reset_block(style, [f"{q} <= {lit(width, first if down else 0)};"], body)
     rtl += f"  assign {flag} = ({q} == {lit(width, edge)});\nendmodule\n"
     reset_value = first if down else 0
     # walk: count through a wrap from reset, load an alternating pattern and both ends
@@ -101,18 +83,10 @@ def counter(rng: random.Random, split: str) -> Design:
     else:
         behaviour.append(f"and wraps from {edge} to {wrap_to}.")
     behaviour.append(f"`{flag}` is combinational: high while `{q}` == {edge}.")
-    return Design(
-        family="counter",
-        module=name,
-        title=f"{width}-bit {mode} counter" + (f" modulo {modulus}" if modulus else ""),
-        difficulty="easy",
-        files={name + style.ext: rtl},
-        ports=ports,
-        behaviour=" ".join(behaviour),
-        scenarios=[steps, alt],
-        clocking=style.clocking,
-        after_reset=f"`{q}` = {reset_value}.",
-        params={"width": width, "down": down, "load": has_load, "enable": has_en, "modulus": modulus},
+    return make_design(
+        "counter", name, f"{width}-bit {mode} counter" + (f" modulo {modulus}" if modulus else ""), "easy", style,
+        rtl, ports, " ".join(behaviour), [steps, alt], f"`{q}` = {reset_value}.",
+        {"width": width, "down": down, "load": has_load, "enable": has_en, "modulus": modulus},
     )
 
 
@@ -125,7 +99,7 @@ def shift_register(rng: random.Random, split: str) -> Design:
     has_load = rng.random() < 0.5
     name = pick_name(rng, ["shifter", "sreg", "shift", "serdes", "sipo"])
     q, sin, sout, en, dirn, load, din = "q", rng.choice(["sin", "serial_in", "si"]), rng.choice(["sout", "serial_out", "so"]), rng.choice(["en", "shift"]), "dir", "load", "din"
-    ports = _clock_ports(style) + [Port(en, "input", 1, "shift enable"), Port(sin, "input", 1, "serial input")]
+    ports = clock_ports(style) + [Port(en, "input", 1, "shift enable"), Port(sin, "input", 1, "serial input")]
     if selectable:
         ports.append(Port(dirn, "input", 1, "shift direction: 1 = left (towards the MSB), 0 = right"))
     if has_load:
@@ -147,7 +121,7 @@ def shift_register(rng: random.Random, split: str) -> Design:
             body += [f"{prefix}if ({en} && {dirn}) {shl}", f"else if ({en}) {shr}"]
     else:
         body.append(f"{prefix}if ({en}) {shl if left else shr}")
-    rtl = style.header(name, ports, {q}) + _reset_block(style, [f"{q} <= {lit(width, 0)};"], body)
+    rtl = style.header(name, ports, {q}) + reset_block(style, [f"{q} <= {lit(width, 0)};"], body)
     out = (f"{dirn} ? {q}[{width - 1}] : {q}[0]" if selectable else (f"{q}[{width - 1}]" if left else f"{q}[0]"))
     rtl += f"  assign {sout} = {out};\nendmodule\n"
     rand = random.Random(rng.random())
@@ -174,16 +148,7 @@ def shift_register(rng: random.Random, split: str) -> Design:
         behaviour += f" `{sout}` is combinational: `{q}`'s MSB when `{dirn}` = 1, its LSB otherwise."
     else:
         behaviour += f"{'LSB (shift left)' if left else 'MSB (shift right)'}. `{sout}` is combinational: the {'MSB' if left else 'LSB'} of `{q}`."
-    return Design(
-        family="shift_register",
-        module=name,
-        title=f"{width}-bit {kind} shift register",
-        difficulty="easy",
-        files={name + style.ext: rtl},
-        ports=ports,
-        behaviour=behaviour,
-        scenarios=[steps, alt],
-        clocking=style.clocking,
-        after_reset=f"`{q}` = 0.",
-        params={"width": width, "selectable": selectable, "left": left, "load": has_load},
+    return make_design(
+        "shift_register", name, f"{width}-bit {kind} shift register", "easy", style, rtl, ports, behaviour,
+        [steps, alt], f"`{q}` = 0.", {"width": width, "selectable": selectable, "left": left, "load": has_load},
     )
