@@ -108,21 +108,26 @@ def test_fast_samplers_match_generate_under_greedy_decoding(base, tmp_path, samp
     assert fast["new_tokens"] == plain["new_tokens"] > 0
 
 
+def static_decoder_on_prompts(model_dir, tasks):
+    """(model, tokenizer, left-padded prompt batch of `tasks`, StaticDecoder) on CPU."""
+    from chorus.generate import StaticDecoder
+    from chorus.modeling import load_model_and_tokenizer
+    from chorus.prompts import build_prompt, render_prompt
+
+    model, tokenizer = load_model_and_tokenizer(model_dir, "cpu")
+    model.eval()
+    tokenizer.padding_side = "left"
+    inputs = tokenizer([render_prompt(tokenizer, build_prompt(t)) for t in tasks], return_tensors="pt",
+                       padding=True, add_special_tokens=False)
+    return model, tokenizer, inputs, StaticDecoder(model)
+
+
 def test_static_decoder_stops_like_generate(base):
     """A stop id ends a row where `generate` ends it: same tokens up to and including the
     stop, padding after, lengths counting the stop."""
     import torch
 
-    from chorus.generate import StaticDecoder
-    from chorus.modeling import load_model_and_tokenizer
-    from chorus.prompts import build_prompt, render_prompt
-
-    model, tokenizer = load_model_and_tokenizer(base, "cpu")
-    model.eval()
-    tokenizer.padding_side = "left"
-    inputs = tokenizer([render_prompt(tokenizer, build_prompt(t)) for t in TRAIN[:2]], return_tensors="pt",
-                       padding=True, add_special_tokens=False)
-    decoder = StaticDecoder(model)
+    model, tokenizer, inputs, decoder = static_decoder_on_prompts(base, TRAIN[:2])
     free, free_lengths = decoder.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=10,
                                           temperature=0, pad_id=tokenizer.pad_token_id)
     assert free.shape == (2, 10) and free_lengths.tolist() == [10, 10]
@@ -145,16 +150,7 @@ def test_static_decoder_reports_rows_as_they_stop(base):
     stops early is reported while the other rows still decode."""
     import torch
 
-    from chorus.generate import StaticDecoder
-    from chorus.modeling import load_model_and_tokenizer
-    from chorus.prompts import build_prompt, render_prompt
-
-    model, tokenizer = load_model_and_tokenizer(base, "cpu")
-    model.eval()
-    tokenizer.padding_side = "left"
-    inputs = tokenizer([render_prompt(tokenizer, build_prompt(t)) for t in TRAIN[:3]], return_tensors="pt",
-                       padding=True, add_special_tokens=False)
-    decoder = StaticDecoder(model)
+    model, tokenizer, inputs, decoder = static_decoder_on_prompts(base, TRAIN[:3])
     torch.manual_seed(0)  # sampled (greedy rows of this tiny model all alike), the same draws in both runs
     free, _ = decoder.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=48, temperature=1.0,
                                pad_id=tokenizer.pad_token_id)

@@ -290,13 +290,15 @@ class StaticDecoder:
             graph, graph_logits = None, None
             side = torch.cuda.Stream() if self.use_graph else None
             reported = torch.zeros(batch, dtype=torch.bool)
+            stop_set = set(stop_ids)
             for step in range(max_new_tokens):
                 next_ids = torch.where(done, torch.full_like(next_ids, pad_id), next_ids)
                 tokens[:, step] = next_ids
                 done |= torch.isin(next_ids, stops)
                 if on_finished is not None and step % 16 == 15:
-                    self._report(tokens[:, : step + 1], done.cpu() & ~reported, set(stop_ids), on_finished)
-                    reported |= done.cpu()
+                    finished = done.cpu()  # one device sync per check
+                    self._report(tokens[:, : step + 1], finished & ~reported, stop_set, on_finished)
+                    reported = finished
                 if step == max_new_tokens - 1 or (step % 16 == 15 and bool(done.all())):
                     break
                 step_ids.copy_(next_ids[:, None])
