@@ -48,9 +48,11 @@ SMOLLM2_135M = dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9
 TINY = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
             intermediate_size=64, vocab_size=512, max_position_embeddings=4096, tie_word_embeddings=True)
 FULL = dict(batch=64, big_batch=256, prompt_tokens=1000, new_tokens=512, grpo_steps=4, grpo_tasks=8,
-            num_generations=8, completion_len=768, sft_steps=8, reward_copies=8, eval_tasks=None)
+            steps_per_generation=None, num_generations=8, completion_len=768, sft_steps=8, reward_copies=8,
+            eval_tasks=None)
 SMOKE = dict(batch=4, big_batch=8, prompt_tokens=200, new_tokens=8, grpo_steps=1, grpo_tasks=2,
-             num_generations=2, completion_len=8, sft_steps=2, reward_copies=1, eval_tasks=2)
+             steps_per_generation=None, num_generations=2, completion_len=8, sft_steps=2, reward_copies=1,
+             eval_tasks=2)
 
 
 class Report:
@@ -65,10 +67,12 @@ class Report:
         if path.exists():
             self.data.update(json.loads(path.read_text()))
         self.command = "python benchmarks/rl_loop.py " + " ".join(sys.argv[1:])
+        self.device = None  # the machine of this run: sections kept from other runs keep theirs
 
     def detail(self, section: str, value) -> None:
         self.data["details"][section] = value
         self.data["details"].setdefault("commands", {})[section] = self.command
+        self.data["details"].setdefault("devices", {})[section] = self.device
         self.save()
 
     def save(self) -> None:
@@ -258,7 +262,9 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
     from chorus.rl import train_expert
 
     runs = {}
-    section = f"grpo_batch{sizes['num_generations'] * len(tasks)}"  # runs at other batch sizes stay in the file
+    per_generation = sizes.get("steps_per_generation") or 1
+    # runs at other batch sizes stay in the file
+    section = f"grpo_batch{sizes['num_generations'] * len(tasks)}" + (f"x{per_generation}" if per_generation > 1 else "")
     # "<backend>": rewards simulated as rollouts are decoded; "<backend>_late": after the batch
     variants = [(backend, True) for backend in backends] + [(f"{b}_late", False) for b in backends if late]
     for name, early in variants:
@@ -272,12 +278,13 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
                 num_generations=sizes["num_generations"], batch_size=sizes["num_generations"] * len(tasks),
                 max_completion_length=sizes["completion_len"], sim_workers=workers, sim_limits=limits,
                 sim_timeouts=TimeoutPolicy(), rollout_backend=backend, device=device, use_cpu=device == "cpu",
-                save_steps=10_000, early_rewards=early,
+                save_steps=10_000, early_rewards=early, steps_per_generation=sizes.get("steps_per_generation"),
             )
             runs[name] = {"steps": metrics["steps"], "runtime_s": metrics["runtime_s"],
                              "rollout_backend": metrics["rollout_backend"], **metrics["breakdown"],
                              "statuses": [c["statuses"] for c in metrics["reward_calls"]],
-                             "completions_per_step": sizes["num_generations"] * len(tasks)}
+                             "completions_per_step": sizes["num_generations"] * len(tasks),
+                             "rollout_batch": sizes["num_generations"] * len(tasks) * per_generation}
         except Exception as err:
             runs[name] = {"error": repr(err)[:1500]}
         report.detail(section, runs)
@@ -412,6 +419,8 @@ def main() -> None:
     parser.add_argument("--grpo-tasks", type=int, help="train tasks per GRPO step (default 8; --smoke 2)")
     parser.add_argument("--grpo-generations", type=int, help="completions per task and step (default 8)")
     parser.add_argument("--grpo-steps", type=int, help="GRPO steps (default 4)")
+    parser.add_argument("--grpo-steps-per-generation", type=int, default=None,
+                        help="optimizer steps per rollout batch (rl.steps_per_generation; default one)")
     parser.add_argument("--grpo-late", action="store_true",
                         help="also run each backend with rewards simulated after the whole batch (<backend>_late)")
     # internal: one SFT job in a fresh process
@@ -437,7 +446,7 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
     sizes = dict(SMOKE if args.smoke else FULL)
     for key, value in (("grpo_tasks", args.grpo_tasks), ("num_generations", args.grpo_generations),
-                       ("grpo_steps", args.grpo_steps)):
+                       ("grpo_steps", args.grpo_steps), ("steps_per_generation", args.grpo_steps_per_generation)):
         sizes[key] = value if value is not None else sizes[key]
     report = Report(args.out)
     root = Path(tempfile.mkdtemp(prefix="chorus-rl-loop-"))
@@ -453,6 +462,7 @@ def main() -> None:
     import trl
 
     model_name = str(args.model) if args.model else "random tiny" if args.smoke else "random SmolLM2-135M shape"
+    report.device = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     report.detail("env", {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                           "torch": torch.__version__, "transformers": transformers.__version__,
                           "trl": trl.__version__, "model": model_name, "cpus": os.cpu_count(),

@@ -214,6 +214,19 @@ def test_grpo_rollouts_through_fast_backends_with_breakdown(base, tmp_path, back
     assert 0 < parts["reward_wait_fraction"] < 1
 
 
+@pytest.mark.slow
+def test_one_rollout_batch_serves_several_steps(base, tmp_path):
+    """rl.steps_per_generation: two optimizer steps learn from one rollout batch of twice
+    the step's completions, sampled and simulated in one go."""
+    tasks = [t for t in TRAIN if t.difficulty == "easy"][:2]
+    metrics = train_expert(base, tasks, tmp_path / "expert", steps=2, num_generations=2, batch_size=2,
+                           steps_per_generation=2, max_completion_length=8, sim_workers=2, use_cpu=True,
+                           rollout_backend="static", sim_timeouts=TimeoutPolicy())
+    assert metrics["steps"] == 2
+    assert [call["n"] for call in metrics["reward_calls"]] == [4]
+    assert metrics["breakdown"]["rollouts"] == 4
+
+
 @pytest.mark.slow  # simulates
 def test_simulations_started_early_give_the_same_rewards():
     """CoverageReward.start: the call takes the started simulations' results (the same

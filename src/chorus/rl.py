@@ -194,6 +194,7 @@ def train_expert(
     temperature: float = 1.0,
     batch_size: int = 4,
     grad_accum: int = 1,
+    steps_per_generation: int | None = None,
     seed: int = 0,
     sim_workers: int | None = None,
     sim_limits: SandboxLimits | None = None,
@@ -213,7 +214,10 @@ def train_expert(
     `rl_metrics.json`. Rewards: the coverage reward (`reward`: dense | binary, weight 1)
     and `format_reward` (weight `format_weight`), separate so TRL logs both. `steps`
     optimizer steps (None: `epochs` passes over the tasks); `batch_size` completions per
-    device and step, rounded to whole groups of `num_generations`. `rollout_backend`: see
+    device and step, rounded to whole groups of `num_generations`; `steps_per_generation`
+    (TRL's, None: `grad_accum`): rollouts are sampled that many steps' batches at a time,
+    the larger batch a small model needs to decode fast on a GPU (the later steps of a
+    batch learn slightly off-policy, within TRL's clipped ratio). `rollout_backend`: see
     rollout_settings; `sim_timeouts`: per-task simulation limits (chorus.harness.timeouts);
     `early_rewards`: simulate each rollout as soon as it is decoded (start_rewards_early).
     The metrics break the run down into generation, reward wait and the rest (log-probs,
@@ -246,7 +250,7 @@ def train_expert(
         longest = max(len(tokenizer(render_prompt(tokenizer, build_prompt(t)), add_special_tokens=False)["input_ids"])
                       for t in tasks)
         rollout["transformers_continuous_batching_config"] = continuous_batching_kwargs(
-            "cpu", longest, max_completion_length, batch * grad_accum)
+            "cpu", longest, max_completion_length, batch * (steps_per_generation or grad_accum))
     config = dict(
         **common_args(work_dir, flags, save_steps=save_steps, seed=seed, deepspeed_config=deepspeed_config,
                       gradient_checkpointing=gradient_checkpointing),
@@ -259,6 +263,7 @@ def train_expert(
         max_completion_length=max_completion_length,
         per_device_train_batch_size=batch,
         gradient_accumulation_steps=grad_accum,
+        steps_per_generation=steps_per_generation,
         reward_weights=[1.0, format_weight],
         **rollout,
     )
@@ -351,6 +356,7 @@ def train_expert_job(
         beta=expert["beta"],
         temperature=expert["temperature"],
         batch_size=expert["batch_size"],
+        steps_per_generation=expert["steps_per_generation"],
         seed=expert["seed"],
         save_steps=expert["save_steps"],
         sim_workers=max(1, job_cpus // ranks),
