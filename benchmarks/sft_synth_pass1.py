@@ -33,12 +33,13 @@ import platform
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from chorus.data import build_stage_dataset
 from chorus.generate import sample_completions
 from chorus.harness.sandbox import SandboxLimits
-from chorus.harness.score import score_generations
+from chorus.harness.score import prebuild, score_generations
 from chorus.harness.timeouts import TimeoutPolicy
 from chorus.io import atomic_write_json, read_jsonl
 from chorus.metrics import bootstrap_interval, paired_bootstrap_interval, pass_at_k
@@ -283,6 +284,13 @@ def phase_eval(args) -> dict:
               "k": args.k, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
               "sampler": args.sampler, "guard": args.guard, "sim_timeout_s": args.sim_timeout,
               "timeout_policy": repr(timeouts), "models": {}}
+    # the designs compile (and their references are timed) on the CPUs while the GPU samples
+    builds = ThreadPoolExecutor(max_workers=max(1, args.workers - 2), thread_name_prefix="prebuild")
+    if any(not (args.work / f"eval_{name}.json").exists() for name in args.eval_models):
+        prebuilt = [builds.submit(prebuild, t, args.cache_dir, limits, timeouts) for t in tasks]
+    else:
+        prebuilt = []
+    builds.shutdown(wait=False)
     for name, model in (("base", base_model(args)), ("sft", args.work / "sft_model")):
         done = args.work / f"eval_{name}.json"
         if done.exists():
@@ -297,6 +305,7 @@ def phase_eval(args) -> dict:
             max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch_size, seed=args.seed,
             device="cpu" if args.smoke else None, sampler=args.sampler))
         rows = read_jsonl(generations)
+        timed(timings, "prebuild_wait_s", lambda: [build.result() for build in prebuilt])
         scored = timed(timings, "score_s", lambda: score_generations(
             rows, by_id, args.work / f"scores_{name}.jsonl", workers=args.workers,
             limits=limits, cache_dir=args.cache_dir, timeouts=timeouts,
