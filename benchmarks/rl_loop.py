@@ -258,13 +258,21 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
                backends: list[str], deadline: float, report: Report, late: bool = False) -> None:
     """One GRPO expert per rollout backend, end to end, with the step breakdown; `late`:
     each backend again with the rewards simulated only after the whole batch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from chorus.harness import prebuild
     from chorus.harness.timeouts import TimeoutPolicy
     from chorus.rl import train_expert
 
+    # as in the workflow, where the preflight rule has built every design: the designs are
+    # compiled and their references timed before the clock runs
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(lambda task: prebuild(task, None, limits, TimeoutPolicy()), tasks))
     runs = {}
     per_generation = sizes.get("steps_per_generation") or 1
     # runs at other batch sizes stay in the file
-    section = f"grpo_batch{sizes['num_generations'] * len(tasks)}" + (f"x{per_generation}" if per_generation > 1 else "")
+    section = f"grpo_batch{sizes['num_generations'] * len(tasks)}"
+    section += f"x{per_generation}" if per_generation > 1 else ""
     # "<backend>": rewards simulated as rollouts are decoded; "<backend>_late": after the batch
     variants = [(backend, True) for backend in backends] + [(f"{b}_late", False) for b in backends if late]
     for name, early in variants:
@@ -283,6 +291,7 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
             runs[name] = {"steps": metrics["steps"], "runtime_s": metrics["runtime_s"],
                              "rollout_backend": metrics["rollout_backend"], **metrics["breakdown"],
                              "statuses": [c["statuses"] for c in metrics["reward_calls"]],
+                             "reward_wait_per_call_s": [round(c["wall_s"], 3) for c in metrics["reward_calls"]],
                              "completions_per_step": sizes["num_generations"] * len(tasks),
                              "rollout_batch": sizes["num_generations"] * len(tasks) * per_generation}
         except Exception as err:

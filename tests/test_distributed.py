@@ -116,13 +116,15 @@ def test_rules_launch_sft_and_rl_with_two_ranks(tmp_path):
     config["train_processes"] = 2
     config["synth"]["enabled"] = False  # the corpus has its own tests (test_synth.py)
     config["deepspeed"] = str(REPO / "config" / "deepspeed" / "zero2.json")
+    # the expert starts from the first SFT stage: one two-rank SFT job is enough to check
+    next(e for e in config["rl"]["experts"] if e["name"] == "easy_dense")["from_stage"] = "format"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     run_snakemake(["results/models/rl/easy_dense", "--cores", "2", "--directory", str(tmp_path),
                    "--configfile", str(config_path)], timeout=900)
     models = tmp_path / "results" / "models"
-    for stage in ("format", "easy"):
-        sft = json.loads((models / "sft" / stage / "train_metrics.json").read_text())
-        assert sft["world_size"] == 2 and sft["deepspeed"] == config["deepspeed"]
+    sft = json.loads((models / "sft" / "format" / "train_metrics.json").read_text())
+    assert sft["world_size"] == 2 and sft["deepspeed"] == config["deepspeed"]
+    assert not (models / "sft" / "easy").exists()
     rl = json.loads((models / "rl" / "easy_dense" / "rl_metrics.json").read_text())
     assert rl["world_size"] == 2 and rl["steps"] == config["rl"]["steps"] and rl["deepspeed"]
     assert all(sum(call["statuses"].values()) == call["n"] > 0 for call in rl["reward_calls"])

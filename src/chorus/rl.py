@@ -25,11 +25,16 @@ from chorus.training import common_args, finalize, load_trainee, precision_flags
 log = logging.getLogger(__name__)
 
 
-def rl_dataset(tasks: list[Task]):
-    """GRPO prompts: {prompt: conversational messages, task_id} per task."""
+def rl_dataset(tasks: list[Task], min_rows: int = 1):
+    """GRPO prompts: {prompt: conversational messages, task_id} per task, the list repeated
+    whole until it has `min_rows` rows. TRL draws the distinct prompts of a rollout batch
+    without replacement and trains no step at all when the dataset holds fewer, so a
+    rollout batch larger than the task list needs a task more than once (its groups are
+    normalized separately)."""
     from datasets import Dataset
 
-    return Dataset.from_list([{"prompt": build_prompt(t), "task_id": t.id} for t in tasks])
+    rows = [{"prompt": build_prompt(t), "task_id": t.id} for t in tasks]
+    return Dataset.from_list(rows * max(1, -(-min_rows // len(rows))))
 
 
 def reward_log(log_history: list[dict]) -> list[dict]:
@@ -272,7 +277,7 @@ def train_expert(
         model=model,
         reward_funcs=[coverage, format_reward],
         args=args,
-        train_dataset=rl_dataset(tasks),
+        train_dataset=rl_dataset(tasks, min_rows=args.generation_batch_size // num_generations),
         processing_class=tokenizer,
         callbacks=[stage_callback()],
     )
@@ -285,6 +290,8 @@ def train_expert(
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_from)
     runtime = time.perf_counter() - start
+    if trainer.state.global_step == 0:  # e.g. a rollout batch TRL could not fill: not an expert
+        raise RuntimeError(f"GRPO trained no step ({len(tasks)} tasks, rollout batch {args.generation_batch_size})")
     reward_wall = sum(c["wall_s"] for c in coverage.calls)  # the wait: simulations started early are off it
     simulating_s = sum(c["simulating_s"] for c in coverage.calls)
     steps_s = sum(timer.step_s)
