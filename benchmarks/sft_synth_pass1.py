@@ -100,6 +100,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the sandbox's audit-hook guard (--no-guard to turn it off)")
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples over tasks")
     args = parser.parse_args(argv)
+    # each phase's record keeps the command that ran it (phases run in separate calls)
+    args.command = "python benchmarks/sft_synth_pass1.py " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.smoke:
         args.train_designs, args.test_designs, args.variants, args.chunks = 2, 1, 2, 2
         args.workers, args.epochs, args.batch_size, args.max_length = 2, 1.0, 2, 2048
@@ -240,6 +242,7 @@ def phase_sft(args) -> dict:
                                        "tokens_per_s", "runtime_s", "bf16", "attn_implementation")},
         "epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "max_length": args.max_length,
         **timings,
+        "command": args.command,
     }
     atomic_write_json(metrics_path, summary)
     return summary
@@ -318,6 +321,7 @@ def phase_eval(args) -> dict:
             "generate_tokens_per_s": gen_stats.get("tokens_per_s"),
             "new_tokens": gen_stats.get("new_tokens"),
             **timings,
+            "command": args.command,
         }
         atomic_write_json(done, report["models"][name])
         print(json.dumps({"eval": name, **{k: report["models"][name][k] for k in
@@ -371,8 +375,8 @@ def write_report(args, phases: dict, phase_seconds: dict) -> dict:
     previous = json.loads(args.out.read_text()) if args.out.exists() else {}
     report = {
         "benchmark": "sft_synth_pass1",
-        "command": "python benchmarks/sft_synth_pass1.py " + " ".join(sys.argv[1:]),
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "command": args.command,
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "command"},
         "corpus": phases.get("corpus") or saved("corpus.json"),
         "sft": phases.get("sft") or saved("sft.json"),
         "eval": phases.get("eval") or saved("eval.json"),

@@ -29,6 +29,10 @@ def test_sft_synth_smoke_runs_every_phase_and_scores_every_sample(tmp_path):
     assert set(first["eval"]["models"]) == {"sft"} and "sft_minus_base" not in first["eval"]
     report = sft_synth.main(["--smoke", "--work", str(work), "--out", str(out)])
     assert report["eval"]["models"]["sft"] == first["eval"]["models"]["sft"]
+    # each phase's record names the call that ran it, the report the latest call
+    assert first["eval"]["models"]["sft"]["command"].endswith("--eval-models sft")
+    assert report["eval"]["models"]["base"]["command"] == report["command"]
+    assert report["sft"]["command"] == first["command"] != report["command"]
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert {"config", "corpus", "sft", "eval", "phase_seconds", "versions", "pass@1"} <= set(report)
     assert set(report["phase_seconds"]) == {"corpus", "sft", "eval"}
