@@ -19,4 +19,5 @@ with script_logging(snakemake):
         seed=snakemake.params.seed,
         device=resolve_device(snakemake.params.device),
         sampler=sampling["sampler"],
+        batch_size=sampling.get("batch_size"),
     )

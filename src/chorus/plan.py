@@ -40,6 +40,15 @@ def _unique(names: list[str], what: str) -> None:
 
 
 REPLICA = re.compile(r"^(?P<expert>.+)\.seed(?P<seed>\d+)$")
+# Settings added after runs were made, null by default: left out of a job's params while
+# unset, so that those runs keep their params and re-run nothing.
+OPTIONAL_RL_SETTINGS = ("steps_per_generation",)
+OPTIONAL_SAMPLING_SETTINGS = ("batch_size",)
+
+
+def without_unset(settings: dict, optional: tuple[str, ...]) -> dict:
+    """`settings` without the `optional` keys whose value is None."""
+    return {k: v for k, v in settings.items() if not (k in optional and v is None)}
 
 
 def replica_group(model_id: str) -> str:
@@ -132,7 +141,7 @@ class Plan:
         # save_steps changes no result: the rl script reads it from the config, so it is
         # not part of the rule's params and editing it re-runs nothing
         shared = {k: v for k, v in rl.items() if k not in ("experts", "save_steps")}
-        settings = {**shared, **spec}
+        settings = without_unset({**shared, **spec}, OPTIONAL_RL_SETTINGS)
         settings.update(name=name, seed=settings["seed"] + self.replicate_seed("rl", name))
         return settings
 
@@ -338,8 +347,10 @@ class Plan:
         return {k: self.config["simulation"][k] for k in keys}
 
     def sampling(self) -> dict:
-        """Generation settings of the pools (pass_at, include_base: report only)."""
-        return {k: self.config["eval"][k] for k in ("temperature", "top_p", "max_new_tokens", "sampler")}
+        """Generation settings of the pools (pass_at, include_base: report only); the batch
+        size only when set, so that runs made before it existed keep their params."""
+        keys = ("temperature", "top_p", "max_new_tokens", "sampler", *OPTIONAL_SAMPLING_SETTINGS)
+        return without_unset({k: self.config["eval"][k] for k in keys}, OPTIONAL_SAMPLING_SETTINGS)
 
     def pool(self, pool: str) -> dict:
         """Splits and samples per task: eval samples the held-out splits, harvest the

@@ -363,7 +363,7 @@ def train_expert_job(
         beta=expert["beta"],
         temperature=expert["temperature"],
         batch_size=expert["batch_size"],
-        steps_per_generation=expert["steps_per_generation"],
+        steps_per_generation=expert.get("steps_per_generation"),
         seed=expert["seed"],
         save_steps=expert["save_steps"],
         sim_workers=max(1, job_cpus // ranks),
