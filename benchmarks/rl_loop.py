@@ -269,10 +269,10 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(lambda task: prebuild(task, None, limits, TimeoutPolicy()), tasks))
     runs = {}
+    per_step = sizes["num_generations"] * len(tasks)  # completions per optimizer step
     per_generation = sizes.get("steps_per_generation") or 1
     # runs at other batch sizes stay in the file
-    section = f"grpo_batch{sizes['num_generations'] * len(tasks)}"
-    section += f"x{per_generation}" if per_generation > 1 else ""
+    section = f"grpo_batch{per_step}" + (f"x{per_generation}" if per_generation > 1 else "")
     # "<backend>": rewards simulated as rollouts are decoded; "<backend>_late": after the batch
     variants = [(backend, True) for backend in backends] + [(f"{b}_late", False) for b in backends if late]
     for name, early in variants:
@@ -283,7 +283,7 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
         try:
             metrics = train_expert(
                 model_dir, tasks, root / f"expert-{name}", steps=sizes["grpo_steps"],
-                num_generations=sizes["num_generations"], batch_size=sizes["num_generations"] * len(tasks),
+                num_generations=sizes["num_generations"], batch_size=per_step,
                 max_completion_length=sizes["completion_len"], sim_workers=workers, sim_limits=limits,
                 sim_timeouts=TimeoutPolicy(), rollout_backend=backend, device=device, use_cpu=device == "cpu",
                 save_steps=10_000, early_rewards=early, steps_per_generation=sizes.get("steps_per_generation"),
@@ -292,8 +292,7 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
                              "rollout_backend": metrics["rollout_backend"], **metrics["breakdown"],
                              "statuses": [c["statuses"] for c in metrics["reward_calls"]],
                              "reward_wait_per_call_s": [round(c["wall_s"], 3) for c in metrics["reward_calls"]],
-                             "completions_per_step": sizes["num_generations"] * len(tasks),
-                             "rollout_batch": sizes["num_generations"] * len(tasks) * per_generation}
+                             "completions_per_step": per_step, "rollout_batch": per_step * per_generation}
         except Exception as err:
             runs[name] = {"error": repr(err)[:1500]}
         report.detail(section, runs)
@@ -472,7 +471,7 @@ def main() -> None:
 
     model_name = str(args.model) if args.model else "random tiny" if args.smoke else "random SmolLM2-135M shape"
     report.device = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-    report.detail("env", {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+    report.detail("env", {"device": report.device,
                           "torch": torch.__version__, "transformers": transformers.__version__,
                           "trl": trl.__version__, "model": model_name, "cpus": os.cpu_count(),
                           "smoke": args.smoke, "sizes": sizes})

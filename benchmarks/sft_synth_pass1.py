@@ -288,12 +288,11 @@ def phase_eval(args) -> dict:
               "sampler": args.sampler, "guard": args.guard, "sim_timeout_s": args.sim_timeout,
               "timeout_policy": repr(timeouts), "models": {}}
     # the designs compile (and their references are timed) on the CPUs while the GPU samples
-    builds = ThreadPoolExecutor(max_workers=max(1, args.workers - 2), thread_name_prefix="prebuild")
+    prebuilt = []
     if any(not (args.work / f"eval_{name}.json").exists() for name in args.eval_models):
+        builds = ThreadPoolExecutor(max_workers=max(1, args.workers - 2), thread_name_prefix="prebuild")
         prebuilt = [builds.submit(prebuild, t, args.cache_dir, limits, timeouts) for t in tasks]
-    else:
-        prebuilt = []
-    builds.shutdown(wait=False)
+        builds.shutdown(wait=False)
     for name, model in (("base", base_model(args)), ("sft", args.work / "sft_model")):
         done = args.work / f"eval_{name}.json"
         if done.exists():
