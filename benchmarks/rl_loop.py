@@ -47,10 +47,10 @@ SMOLLM2_135M = dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9
                     tie_word_embeddings=True, rope_theta=100000.0)
 TINY = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
             intermediate_size=64, vocab_size=512, max_position_embeddings=4096, tie_word_embeddings=True)
-FULL = dict(batch=64, big_batch=256, prompt_tokens=1000, new_tokens=512, grpo_steps=4, grpo_tasks=8,
-            steps_per_generation=None, num_generations=8, completion_len=768, sft_steps=8, reward_copies=8,
-            eval_tasks=None)
-SMOKE = dict(batch=4, big_batch=8, prompt_tokens=200, new_tokens=8, grpo_steps=1, grpo_tasks=2,
+FULL = dict(batch=64, big_batch=256, prompt_tokens=1000, new_tokens=512, long_tokens=1536, grpo_steps=4,
+            grpo_tasks=8, steps_per_generation=None, num_generations=8, completion_len=768, sft_steps=8,
+            reward_copies=8, eval_tasks=None)
+SMOKE = dict(batch=4, big_batch=8, prompt_tokens=200, new_tokens=8, long_tokens=12, grpo_steps=1, grpo_tasks=2,
              steps_per_generation=None, num_generations=2, completion_len=8, sft_steps=2, reward_copies=1,
              eval_tasks=2)
 
@@ -227,6 +227,108 @@ def bench_generation(model_dir: Path, tasks, sizes: dict, device: str, deadline:
         report.data["generate_tokens_per_s"] = fast[best]
         results["best"] = best
     report.detail("generate", results)
+
+
+def load_decoder_class(path: Path):
+    """StaticDecoder from another tree's chorus/generate.py (`git show REV:src/chorus/generate.py`),
+    to compare decoders in one run on one machine."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("baseline_generate", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.StaticDecoder
+
+
+def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: float, report: Report,
+                 baseline: Path | None = None) -> None:
+    """The static decoder step by step, on ~1k-token prompts whose EOS never comes: tokens/s
+    and ms per decode step at batch `batch` and `big_batch` with `new_tokens` new tokens,
+    and at `big_batch` with `long_tokens` (the evaluation's cap), for this tree's decoder
+    (one graph per step, attention over the filled cache prefix), the same over the whole
+    cache (kv_block None), and with `baseline` an earlier tree's StaticDecoder; then where
+    an eager step's GPU time goes (torch.profiler: the kernels' share)."""
+    import torch
+
+    from chorus.generate import StaticDecoder
+    from chorus.modeling import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(model_dir, device)
+    model.eval()
+    rare = model.config.vocab_size - 1
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    tokenizer.padding_side = "left"
+    decoders = {"step_graph_prefix": lambda: StaticDecoder(model),
+                "step_graph_whole_cache": lambda: StaticDecoder(model, kv_block=None)}
+    if baseline is not None:
+        decoders["baseline"] = lambda: load_decoder_class(baseline)(model)
+    results: dict = {"device": device, "prompt_tokens": sizes["prompt_tokens"],
+                     "baseline": str(baseline) if baseline else None}
+
+    def run(decoder, batch: int, new: int) -> dict:
+        inputs = tokenizer.pad({"input_ids": prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], batch)},
+                               return_tensors="pt")
+        times = []
+        for _ in range(2):  # the first call includes start-up and graph capture
+            sync()
+            start = time.perf_counter()
+            _, lengths = decoder.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=new,
+                                          temperature=0.8, top_p=0.95, stop_ids=[rare], pad_id=pad)
+            sync()
+            times.append(time.perf_counter() - start)
+        count = int(lengths.sum())
+        return {"batch": batch, "new_tokens": count, "first_call_s": times[0], "seconds": times[1],
+                "tokens_per_s": count / times[1], "ms_per_step": 1000 * times[1] / new}
+
+    cases = [(f"batch{sizes['batch']}", sizes["batch"], sizes["new_tokens"]),
+             (f"batch{sizes['big_batch']}", sizes["big_batch"], sizes["new_tokens"]),
+             (f"batch{sizes['big_batch']}_long", sizes["big_batch"], sizes["long_tokens"])]
+    for case, batch, new in cases:
+        for name, make in decoders.items():
+            key = f"{case}/{name}"
+            if time.perf_counter() > deadline:
+                results[key] = {"error": "skipped: out of the section's time budget"}
+                continue
+            try:
+                results[key] = run(make(), batch, new)
+            except Exception as err:  # one failed variant must not lose the others
+                results[key] = {"error": repr(err)[:800]}
+            report.detail("decode", results)
+        if baseline is not None and "tokens_per_s" in results[f"{case}/baseline"]:
+            for name in decoders:
+                if "tokens_per_s" in results[f"{case}/{name}"]:
+                    results[f"{case}/{name}"]["speedup_vs_baseline"] = (
+                        results[f"{case}/{name}"]["tokens_per_s"] / results[f"{case}/baseline"]["tokens_per_s"])
+    if device == "cuda" and time.perf_counter() < deadline:
+        results["profile"] = profile_decode_step(model, tokenizer, tasks, sizes, rare, pad)
+    best = max((r["tokens_per_s"], key) for key, r in results.items()
+               if isinstance(r, dict) and r.get("tokens_per_s") and "baseline" not in key
+               and not key.endswith("_long"))  # the goal's shape: 512 new tokens
+    results["best"] = best[1]
+    report.data["generate_tokens_per_s"] = best[0]
+    report.detail("decode", results)
+
+
+def profile_decode_step(model, tokenizer, tasks, sizes: dict, rare: int, pad: int, steps: int = 8) -> dict:
+    """GPU time of eager decode steps by kernel (the graph replays the same kernels), at
+    `big_batch` with ~1k-token prompts: the top kernels' milliseconds per step and share."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from chorus.generate import StaticDecoder
+
+    inputs = tokenizer.pad({"input_ids": prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], sizes["big_batch"])},
+                           return_tensors="pt")
+    decoder = StaticDecoder(model, use_graph=False)
+    run = dict(max_new_tokens=steps + 1, temperature=0.8, top_p=0.95, stop_ids=[rare], pad_id=pad)
+    decoder.generate(inputs["input_ids"], inputs["attention_mask"], **run)  # warm
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        decoder.generate(inputs["input_ids"], inputs["attention_mask"], **run)
+        sync()
+    kernels = [(e.key, e.device_time_total / 1000) for e in prof.key_averages()]
+    total = sum(ms for _, ms in kernels)
+    top = sorted(kernels, key=lambda item: -item[1])[:15]
+    return {"batch": sizes["big_batch"], "steps": steps, "note": "includes the prefill of the prompts",
+            "gpu_ms_total": total, "kernels": [{"name": name[:120], "ms": ms, "share": ms / total} for name, ms in top]}
 
 
 def bench_rewards(tasks, copies: int, workers: int, limits, report: Report) -> None:
@@ -420,7 +522,10 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=480, help="stop starting work after this long")
     parser.add_argument("--guard", action=argparse.BooleanOptionalAction, default=True,
                         help="the sandbox's audit-hook guard, on as in scoring (--no-guard to compare)")
-    parser.add_argument("--only", nargs="*", default=["generate", "rewards", "grpo", "sft"])
+    parser.add_argument("--only", nargs="*", default=["generate", "rewards", "grpo", "sft"],
+                        help="sections: generate rewards grpo sft, and decode (the static decoder step by step)")
+    parser.add_argument("--baseline-decoder", type=Path,
+                        help="decode section: also time StaticDecoder from this file (another tree's generate.py)")
     parser.add_argument("--grpo-backends", nargs="*", default=None,
                         help="rollout backends to run GRPO with (auto, generate, continuous, static, vllm); "
                              "default static and continuous (--smoke: static)")
@@ -486,6 +591,8 @@ def main() -> None:
     easy_first = sorted(tasks, key=lambda t: ("easy", "medium", "hard").index(t.difficulty))
     grpo_tasks = easy_first[: sizes["grpo_tasks"]]
     sections = {
+        "decode": lambda: bench_decode(model_dir, tasks, sizes, device, start + 0.5 * args.budget_s, report,
+                                       args.baseline_decoder),
         "generate": lambda: bench_generation(model_dir, tasks, sizes, device, start + 0.35 * args.budget_s, report),
         "rewards": lambda: bench_rewards(grpo_tasks, sizes["reward_copies"], workers, limits, report),
         "grpo": lambda: bench_grpo(model_dir, grpo_tasks, sizes, workers, limits, device, root, args.grpo_backends,

@@ -171,6 +171,53 @@ def test_static_decoder_reports_rows_as_they_stop(base):
     assert lengths[1:].tolist() == [48, 48] and heard[1][1] == heard[2][1] == len(steps)
 
 
+def test_static_decoder_reads_only_the_filled_cache_prefix(base, monkeypatch):
+    """Decode steps attend to the cache's filled prefix, rounded up to kv_block slots, not
+    to the whole static cache: narrower keys, the same greedy tokens as the whole cache
+    and as `generate`; the model's own attention is back afterwards."""
+    import chorus.generate as generate
+
+    model, tokenizer, inputs, _ = static_decoder_on_prompts(base, TRAIN[:2])
+    widths = []
+    attention = generate._prefix_sdpa
+    monkeypatch.setattr(generate, "_prefix_sdpa", lambda module, q, k, v, mask, **kw: (
+        widths.append((q.shape[2], mask.shape[-1] if mask is not None else None, k.shape[2]))
+        or attention(module, q, k, v, mask, **kw)))
+    run = dict(max_new_tokens=20, temperature=0, pad_id=tokenizer.pad_token_id)
+    narrow, _ = generate.StaticDecoder(model, kv_block=8).generate(inputs["input_ids"], inputs["attention_mask"], **run)
+    prompt_len = inputs["input_ids"].shape[1]
+    decode = [(mask, cache) for q, mask, cache in widths if q == 1]
+    assert len(decode) == 19 * model.config.num_hidden_layers and all(cache == prompt_len + 20 for _, cache in decode)
+    assert min(mask for mask, _ in decode) < prompt_len + 20  # keys cut to the filled prefix
+    assert all(mask % 8 == 0 or mask == prompt_len + 20 for mask, _ in decode)
+    assert model.config._attn_implementation == "sdpa"
+    whole, _ = generate.StaticDecoder(model, kv_block=None).generate(inputs["input_ids"], inputs["attention_mask"], **run)
+    reference = model.generate(**inputs, max_new_tokens=20, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                               eos_token_id=None)[:, prompt_len:]
+    assert narrow.tolist() == whole.tolist() == reference.tolist()
+
+
+def test_token_draws_follow_the_nucleus():
+    """draw_tokens (the static decoder's sampler: an exponential race, no multinomial)
+    picks tokens with their softmax probabilities, renormalised over the top-p nucleus."""
+    import torch
+
+    from chorus.generate import draw_tokens
+
+    logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]]).repeat(40_000, 1)
+    probs = logits[0].softmax(-1)
+    torch.manual_seed(0)
+    counts = torch.bincount(draw_tokens(logits, 1.0), minlength=5) / 40_000
+    assert torch.allclose(counts, probs, atol=0.01)
+    nucleus = int((probs.cumsum(-1) - probs <= 0.8).sum())  # the smallest prefix reaching 0.8: 3 tokens
+    counts = torch.bincount(draw_tokens(logits, 1.0, top_p=0.8), minlength=5) / 40_000
+    assert nucleus == 3 and counts[nucleus:].sum() == 0
+    assert torch.allclose(counts[:nucleus], probs[:nucleus] / probs[:nucleus].sum(), atol=0.01)
+    hot = torch.bincount(draw_tokens(logits, 2.0), minlength=5) / 40_000
+    assert torch.allclose(hot, (logits[0] / 2).softmax(-1), atol=0.01)
+    assert draw_tokens(logits[:2], 0).tolist() == [0, 0]
+
+
 @pytest.mark.parametrize("sampler", ["continuous", "static"])
 def test_fast_sampling_is_seeded(base, tmp_path, sampler):
     tasks = TRAIN[:2]
@@ -352,13 +399,20 @@ def test_auto_compiles_kernels_only_for_jobs_that_pay(base, tmp_path):
 def test_rl_loop_benchmark_smoke(tmp_path):
     out = tmp_path / "rl_loop.json"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "rl_loop.py"), "--smoke", "--grpo-late", "--out", str(out)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    command = [sys.executable, str(REPO / "benchmarks" / "rl_loop.py"), "--smoke", "--grpo-late", "--out", str(out),
+               "--only", "decode", "generate", "rewards", "grpo", "sft",
+               "--baseline-decoder", str(REPO / "src" / "chorus" / "generate.py")]
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     result = json.loads(out.read_text())
     for key in ("generate_tokens_per_s", "rollout_tokens_per_s", "reward_wait_fraction", "sft_first_step_s"):
         assert isinstance(result[key], (int, float)) and result[key] > 0, (key, result[key])
-    assert {"generate", "grpo_batch4", "sft"} <= result["details"].keys()  # smoke: 2 tasks x 2 completions
+    assert {"decode", "generate", "grpo_batch4", "sft"} <= result["details"].keys()  # smoke: 2 tasks x 2 completions
+    decode = result["details"]["decode"]
+    for case in ("batch4", "batch8", "batch8_long"):  # this tree's decoders against a baseline file
+        for name in ("step_graph_prefix", "step_graph_whole_cache", "baseline"):
+            assert decode[f"{case}/{name}"]["tokens_per_s"] > 0, (case, name, decode[f"{case}/{name}"])
+        assert decode[f"{case}/step_graph_prefix"]["speedup_vs_baseline"] > 0
     assert result["details"]["grpo_best"] == "grpo_batch4/static"
     assert result["rollout_tokens_per_s"] == result["details"]["grpo_batch4"]["static"]["rollout_tokens_per_s"]
     runs = result["details"]["grpo_batch4"]

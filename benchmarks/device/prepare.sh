@@ -7,8 +7,9 @@
 #                                               all are there, checking the preset's SHA-256
 #   bash benchmarks/device/prepare.sh install   carry .whl (the wheel set) and optionally .carry:
 #                                               installs the wheels into the system Python, lets the
-#                                               sandbox user reach it, converts the GGUF to a dense
-#                                               HF folder (/root/smollm2-135m) and unpacks
+#                                               sandbox user reach it, converts the GGUF (when the gguf
+#                                               step brought it) to a dense HF folder
+#                                               (/root/smollm2-135m) and unpacks
 #                                               .carry/*.tar.gz (e.g. a workflow-built corpus)
 set -euo pipefail
 GGUF_DIR=/root/gguf
@@ -33,7 +34,7 @@ PY
 install)
   python3 -m pip install -q --no-index --no-deps .whl/*.whl
   PYTHONPATH=src python3 -c "from chorus.harness.sandbox import grant_traversal as g; g()"
-  if [ ! -d "$MODEL" ]; then
+  if [ ! -d "$MODEL" ] && [ -f "$GGUF" ]; then  # no GGUF carried: benchmarks on random weights only
     PYTHONPATH=src python3 - "$GGUF" "$MODEL" <<'PY'
 import sys
 from chorus.modeling import load_gguf, save_model_atomically

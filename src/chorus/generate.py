@@ -213,30 +213,82 @@ def _continuous_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_t
             yield task_id, sample_id, tokenizer.decode(tokens, skip_special_tokens=True), len(tokens)
 
 
+def draw_tokens(logits, temperature: float, top_p: float | None = None):
+    """The next token per row of `logits` [batch, vocab]: argmax at temperature 0, else a
+    draw from softmax(logits / temperature), restricted when `top_p` < 1 to the smallest
+    set of most probable tokens whose mass reaches top_p. The draw is an exponential race,
+    argmax p_i / E_i with E_i ~ Exp(1), which picks i with probability p_i / sum(p) like
+    `multinomial` but in elementwise kernels and an argmax: no host sync, so it runs
+    inside a CUDA graph."""
+    import torch
+
+    logits = logits.float()
+    if temperature <= 0:
+        return logits.argmax(-1)
+    probs = (logits / temperature).softmax(-1)
+    order = None
+    if top_p is not None and top_p < 1.0:
+        probs, order = probs.sort(-1, descending=True)
+        probs = probs.masked_fill(probs.cumsum(-1) - probs > top_p, 0.0)  # mass before the token already >= top_p
+    # clamped: an exact 0 would make 0/0 = nan, which argmax picks
+    race = torch.empty_like(probs).exponential_().clamp_(min=torch.finfo(probs.dtype).tiny)
+    picked = (probs / race).argmax(-1)
+    return picked if order is None else order.gather(-1, picked[:, None]).squeeze(-1)
+
+
+PREFIX_ATTENTION = "chorus_prefix_sdpa"
+
+
+def _prefix_sdpa(module, query, key, value, attention_mask, **kwargs):
+    """transformers' sdpa over the first `attention_mask.shape[-1]` slots of the cache: a
+    decode step given a mask narrower than the static cache reads only that prefix."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if attention_mask is not None and attention_mask.ndim == 4 and attention_mask.shape[-1] < key.shape[-2]:
+        key, value = key[..., : attention_mask.shape[-1], :], value[..., : attention_mask.shape[-1], :]
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def _register_prefix_attention() -> str:
+    """Registers PREFIX_ATTENTION with transformers (attention and mask: sdpa's mask)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(PREFIX_ATTENTION, _prefix_sdpa)
+    AttentionMaskInterface.register(PREFIX_ATTENTION, sdpa_mask)
+    return PREFIX_ATTENTION
+
+
 class StaticDecoder:
-    """Batched sampling with a static KV cache (transformers `StaticCache`) whose one-token
-    decode step runs as a captured CUDA graph on a GPU (eagerly on CPU, where it gives the
-    same tokens as `generate` under greedy decoding).
+    """Batched sampling with a static KV cache (transformers `StaticCache`) whose decode
+    step runs as a captured CUDA graph on a GPU (eagerly on CPU, where it gives the same
+    tokens as `generate` under greedy decoding).
 
     Per-step overhead, not bandwidth, bounds `generate` for small models (90 ms a step for
-    a 135M model at batch 64 on an H200: thousands of kernel launches and Python). The
-    graph replays the whole forward in one launch. Everything the step reads lives in
-    fixed buffers updated in place before each replay: the token ids, the position ids,
-    and a [batch, max_len] key-validity mask passed as a 4D mask (which transformers uses
-    as it is, so no mask is built inside the graph); the cache advances its own position
-    counter on the device. The first `WARMUP` decode steps run eagerly on a side stream
-    (they are real steps), then the step is captured once; the graph's logits are read
-    into a fresh tensor after every replay, before anything can overwrite them.
-    Sampling (temperature, top-p) runs outside the graph."""
+    a 135M model at batch 64 on an H200: thousands of kernel launches and Python). One
+    graph replays a whole step: the forward, the sampling (temperature, top-p, and the
+    draw as an exponential race, argmax p/E with E ~ Exp(1), which needs no host sync) and
+    the bookkeeping (the token written to the output, rows that hit a stop id marked done,
+    the next key slot made valid). Everything a step reads and writes lives in fixed
+    buffers updated in place, including the count of tokens written (a device tensor), so
+    replays need nothing from the host; the cache advances its own position counter on the
+    device. Attention reads only the cache's filled prefix, rounded up to `kv_block` slots
+    (one graph per prefix length, captured when decoding reaches it), so a step's cost
+    follows the sequence so far rather than prompt + max_new_tokens (`kv_block=None`: the
+    whole cache every step). The first `WARMUP` decode steps run eagerly on a side stream
+    (they are real steps) before the first capture."""
 
     WARMUP = 3
+    KV_BLOCK = 256
+    CHECK_EVERY = 16  # steps between the host's looks at finished rows (one sync each)
 
-    def __init__(self, model, use_graph: bool | None = None):
+    def __init__(self, model, use_graph: bool | None = None, kv_block: int | None = KV_BLOCK):
         import torch
 
         self.model = model
         self.device = next(model.parameters()).device
         self.use_graph = self.device.type == "cuda" if use_graph is None else use_graph
+        self.kv_block = kv_block
         self.torch = torch
         # transformers 5.25 names the cache argument `cache` (`past_key_values` deprecated)
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -244,26 +296,32 @@ class StaticDecoder:
     def _forward(self, cache, **inputs):
         return self.model(**inputs, **{self.cache_arg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
 
-    def _pick(self, logits, temperature: float, top_p: float | None):
-        torch = self.torch
-        logits = logits.float()
-        if temperature <= 0:
-            return logits.argmax(-1)
-        logits = logits / temperature
-        if top_p is not None and top_p < 1.0:
-            ordered, order = logits.sort(-1, descending=True)
-            cumulative = ordered.softmax(-1).cumsum(-1)
-            drop = cumulative - ordered.softmax(-1) > top_p  # keep the smallest prefix reaching top_p
-            logits = logits.scatter(-1, order, ordered.masked_fill(drop, float("-inf")))
-        return torch.multinomial(logits.softmax(-1), 1).squeeze(-1)
+    @staticmethod
+    def _view(slots: int, max_len: int, kv_block: int | None) -> int:
+        """Cache slots a decode step reads when `slots` of them are filled."""
+        if not kv_block:
+            return max_len
+        return min(max_len, -(-slots // kv_block) * kv_block)
 
     def generate(self, input_ids, attention_mask, *, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float | None = None, stop_ids=(), pad_id: int = 0, on_finished=None):
         """New tokens [batch, <= max_new_tokens] for left-padded prompts; after a stop id a
         row holds `pad_id`. Returns (tokens, lengths): lengths count tokens up to and
         including the first stop id. `on_finished(row, ids)` hears of each row once, with
-        the ids it returns: rows that stop early within 16 steps of their stop id (while
-        the rest decode), the others at the end."""
+        the ids it returns: rows that stop early within CHECK_EVERY steps of their stop id
+        (while the rest decode), the others at the end."""
+        previous = self.model.config._attn_implementation
+        self.model.set_attn_implementation(_register_prefix_attention())
+        # a model that keeps its own attention reads the whole cache every step
+        prefix = self.model.config._attn_implementation == PREFIX_ATTENTION
+        try:
+            return self._generate(input_ids, attention_mask, max_new_tokens, temperature, top_p, stop_ids, pad_id,
+                                  on_finished, self.kv_block if prefix else None)
+        finally:
+            self.model.set_attn_implementation(previous)
+
+    def _generate(self, input_ids, attention_mask, max_new_tokens, temperature, top_p, stop_ids, pad_id,
+                  on_finished, kv_block):
         import contextlib
 
         torch = self.torch
@@ -275,60 +333,71 @@ class StaticDecoder:
         stops = torch.tensor(list(stop_ids) or [-1], device=self.device)
         mask = attention_mask.to(self.device)
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        # the state every step reads and updates in place
+        tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=self.device)
+        done = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        written = torch.zeros(1, dtype=torch.long, device=self.device)  # new tokens so far
+        pad = torch.full((batch,), pad_id, dtype=torch.long, device=self.device)
+        step_ids = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
+        step_pos = positions[:, -1:].clone()
+        key_valid = torch.zeros((batch, max_len), dtype=torch.bool, device=self.device)
+        key_valid[:, :prompt_len] = mask.bool()
+
+        def emit(logits) -> None:
+            """Sample each row's next token and advance the state (no host sync)."""
+            next_ids = torch.where(done, pad, draw_tokens(logits, temperature, top_p))
+            tokens.index_copy_(1, written, next_ids[:, None])
+            done.logical_or_(torch.isin(next_ids, stops))
+            step_ids.copy_(next_ids[:, None])
+            step_pos.add_(1)
+            key_valid.index_fill_(1, written + prompt_len, True)  # the slot this token's keys go to
+            written.add_(1)
+
+        def step(view: int) -> None:
+            emit(self._forward(cache, input_ids=step_ids, position_ids=step_pos,
+                               attention_mask=key_valid[:, None, None, :view]))
+
+        graphs: dict = {}  # prefix length -> the captured step
+        pool = torch.cuda.graph_pool_handle() if self.use_graph else None
+        side = torch.cuda.Stream() if self.use_graph else None
+        reported = torch.zeros(batch, dtype=torch.bool)
+        stop_set = set(stop_ids)
         with torch.no_grad():
-            logits = self._forward(cache, input_ids=input_ids.to(self.device), attention_mask=mask,
-                                   position_ids=positions)
-            tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=self.device)
-            done = torch.zeros(batch, dtype=torch.bool, device=self.device)
-            next_ids = self._pick(logits, temperature, top_p)
-            # the step's fixed inputs
-            step_ids = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
-            step_pos = positions[:, -1:].clone()
-            key_valid = torch.zeros((batch, max_len), dtype=torch.bool, device=self.device)
-            key_valid[:, :prompt_len] = mask.bool()
-            step_inputs = dict(input_ids=step_ids, position_ids=step_pos, attention_mask=key_valid[:, None, None, :])
-            graph, graph_logits = None, None
-            side = torch.cuda.Stream() if self.use_graph else None
-            reported = torch.zeros(batch, dtype=torch.bool)
-            stop_set = set(stop_ids)
-            for step in range(max_new_tokens):
-                next_ids = torch.where(done, torch.full_like(next_ids, pad_id), next_ids)
-                tokens[:, step] = next_ids
-                done |= torch.isin(next_ids, stops)
-                if on_finished is not None and step % 16 == 15:
+            emit(self._forward(cache, input_ids=input_ids.to(self.device), attention_mask=mask,
+                               position_ids=positions))
+            emitted = 1
+            while True:
+                check = emitted % self.CHECK_EVERY == 0 or emitted == max_new_tokens
+                if on_finished is not None and check:
                     finished = done.cpu()  # one device sync per check
-                    self._report(tokens[:, : step + 1], finished & ~reported, stop_set, on_finished)
+                    self._report(tokens[:, :emitted], finished & ~reported, stop_set, on_finished)
                     reported = finished
-                if step == max_new_tokens - 1 or (step % 16 == 15 and bool(done.all())):
+                if emitted == max_new_tokens or (check and bool(done.all())):
                     break
-                step_ids.copy_(next_ids[:, None])
-                step_pos.add_(1)
-                key_valid[:, prompt_len + step] = True
-                if graph is not None:
-                    graph.replay()
-                    logits = graph_logits.clone()
-                elif self.use_graph and step >= self.WARMUP:
+                view = self._view(prompt_len + emitted, max_len, kv_block)
+                if view in graphs:
+                    graphs[view].replay()
+                elif self.use_graph and emitted > self.WARMUP:
                     torch.cuda.current_stream().wait_stream(side)
                     graph = torch.cuda.CUDAGraph()
                     try:
-                        with torch.cuda.graph(graph):  # records only: this step runs at the replay below
-                            graph_logits = self._forward(cache, **step_inputs)
-                    except Exception as err:  # a model whose step cannot be captured: decode eagerly
+                        with torch.cuda.graph(graph, pool=pool):  # records only: the step runs at the replay
+                            step(view)
+                    except Exception as err:  # a step that cannot be captured: decode eagerly
                         log.warning("CUDA graph capture failed (%r); decoding without graphs", err)
-                        graph, self.use_graph, side = None, False, None
-                        logits = self._forward(cache, **step_inputs)
+                        self.use_graph, side = False, None
+                        step(view)
                     else:
+                        graphs[view] = graph
                         graph.replay()
-                        logits = graph_logits.clone()
                 else:
                     if side is not None:
                         side.wait_stream(torch.cuda.current_stream())
                     with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-                        logits = self._forward(cache, **step_inputs)
+                        step(view)
                     if side is not None:
                         torch.cuda.current_stream().wait_stream(side)
-                next_ids = self._pick(logits, temperature, top_p)
-        emitted = step + 1
+                emitted += 1
         tokens = tokens[:, :emitted]
         first_stop = torch.isin(tokens, stops).int()
         has_stop = first_stop.any(-1)
