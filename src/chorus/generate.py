@@ -275,20 +275,26 @@ class StaticDecoder:
     device. Attention reads only the cache's filled prefix, rounded up to `kv_block` slots
     (one graph per prefix length, captured when decoding reaches it), so a step's cost
     follows the sequence so far rather than prompt + max_new_tokens (`kv_block=None`: the
-    whole cache every step). The first `WARMUP` decode steps run eagerly on a side stream
-    (they are real steps) before the first capture."""
+    whole cache every step). Finished rows would otherwise decode padding until the
+    longest row ends: when at most half the rows are still live (`compact`), the finished
+    ones leave the batch (their tokens kept aside) and the state and cache shrink to the
+    live rows, whose steps get graphs of the smaller size. The first `WARMUP` decode steps
+    of a batch size run eagerly on a side stream (they are real steps) before its first
+    capture."""
 
     WARMUP = 3
     KV_BLOCK = 256
     CHECK_EVERY = 16  # steps between the host's looks at finished rows (one sync each)
+    COMPACT_MIN_ROWS = 16  # smaller batches are not worth compacting
 
-    def __init__(self, model, use_graph: bool | None = None, kv_block: int | None = KV_BLOCK):
+    def __init__(self, model, use_graph: bool | None = None, kv_block: int | None = KV_BLOCK, compact: bool = True):
         import torch
 
         self.model = model
         self.device = next(model.parameters()).device
         self.use_graph = self.device.type == "cuda" if use_graph is None else use_graph
         self.kv_block = kv_block
+        self.compact = compact
         self.torch = torch
         # transformers 5.25 names the cache argument `cache` (`past_key_values` deprecated)
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -360,24 +366,43 @@ class StaticDecoder:
         graphs: dict = {}  # prefix length -> the captured step
         pool = torch.cuda.graph_pool_handle() if self.use_graph else None
         side = torch.cuda.Stream() if self.use_graph else None
-        reported = torch.zeros(batch, dtype=torch.bool)
+        rows = torch.arange(batch)  # the caller's row of each row decoded now
+        out = None  # the caller's rows, once compaction has dropped some
+        reported = torch.zeros(batch, dtype=torch.bool)  # by the caller's row
         stop_set = set(stop_ids)
+        warm_until = self.WARMUP
         with torch.no_grad():
             emit(self._forward(cache, input_ids=input_ids.to(self.device), attention_mask=mask,
                                position_ids=positions))
             emitted = 1
             while True:
-                check = emitted % self.CHECK_EVERY == 0 or emitted == max_new_tokens
-                if on_finished is not None and check:
+                if emitted % self.CHECK_EVERY == 0 or emitted == max_new_tokens:
                     finished = done.cpu()  # one device sync per check
-                    self._report(tokens[:, :emitted], finished & ~reported, stop_set, on_finished)
-                    reported = finished
-                if emitted == max_new_tokens or (check and bool(done.all())):
-                    break
+                    if on_finished is not None:
+                        self._report(tokens[:, :emitted], finished & ~reported[rows], stop_set,
+                                     lambda row, ids: on_finished(int(rows[row]), ids))
+                        reported[rows[finished]] = True
+                    if emitted == max_new_tokens or bool(finished.all()):
+                        break
+                    live = (~finished).nonzero().flatten()
+                    if (self.compact and len(live) <= len(rows) // 2 and len(rows) >= self.COMPACT_MIN_ROWS
+                            and max_new_tokens - emitted >= 2 * self.CHECK_EVERY):
+                        # finished rows leave the batch: their tokens to `out`, the rest of the state
+                        # and the cache cut to the live rows; steps at the new size get new graphs
+                        out = tokens.clone() if out is None else out.index_copy_(0, rows.to(self.device), tokens)
+                        keep = live.to(self.device)
+                        tokens, done, pad, step_ids, step_pos, key_valid = (
+                            t.index_select(0, keep) for t in (tokens, done, pad, step_ids, step_pos, key_valid))
+                        for layer in cache.layers:
+                            layer.keys = layer.keys.index_select(0, keep)
+                            layer.values = layer.values.index_select(0, keep)
+                        rows = rows[live]
+                        graphs.clear()
+                        warm_until = emitted + self.WARMUP
                 view = self._view(prompt_len + emitted, max_len, kv_block)
                 if view in graphs:
                     graphs[view].replay()
-                elif self.use_graph and emitted > self.WARMUP:
+                elif self.use_graph and emitted > warm_until:
                     torch.cuda.current_stream().wait_stream(side)
                     graph = torch.cuda.CUDAGraph()
                     try:
@@ -398,6 +423,8 @@ class StaticDecoder:
                     if side is not None:
                         torch.cuda.current_stream().wait_stream(side)
                 emitted += 1
+        if out is not None:
+            tokens = out.index_copy_(0, rows.to(self.device), tokens)
         tokens = tokens[:, :emitted]
         first_stop = torch.isin(tokens, stops).int()
         has_stop = first_stop.any(-1)
