@@ -353,7 +353,8 @@ class StaticDecoder:
             """Sample each row's next token and advance the state (no host sync)."""
             next_ids = torch.where(done, pad, draw_tokens(logits, temperature, top_p))
             tokens.index_copy_(1, written, next_ids[:, None])
-            done.logical_or_(torch.isin(next_ids, stops))
+            # not torch.isin: past ~20 stop ids it sorts and calls unique, which syncs (no capture)
+            done.logical_or_((next_ids[:, None] == stops).any(-1))
             step_ids.copy_(next_ids[:, None])
             step_pos.add_(1)
             key_valid.index_fill_(1, written + prompt_len, True)  # the slot this token's keys go to
@@ -426,7 +427,7 @@ class StaticDecoder:
         if out is not None:
             tokens = out.index_copy_(0, rows.to(self.device), tokens)
         tokens = tokens[:, :emitted]
-        first_stop = torch.isin(tokens, stops).int()
+        first_stop = (tokens[..., None] == stops).any(-1).int()
         has_stop = first_stop.any(-1)
         lengths = torch.where(has_stop, first_stop.argmax(-1) + 1, torch.full_like(has_stop, emitted, dtype=torch.long))
         tokens, lengths = tokens.cpu(), lengths.cpu()
