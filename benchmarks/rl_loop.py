@@ -241,13 +241,14 @@ def load_decoder_class(path: Path):
 
 
 def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: float, report: Report,
-                 baseline: Path | None = None) -> None:
+                 baseline: Path | None = None, only_cases: list[str] | None = None) -> None:
     """The static decoder step by step, on ~1k-token prompts whose EOS never comes: tokens/s
     and ms per decode step at batch `batch` and `big_batch` with `new_tokens` new tokens,
     and at `big_batch` with `long_tokens` (the evaluation's cap), for this tree's decoder
     (one graph per step, attention over the filled cache prefix), the same over the whole
     cache (kv_block None), and with `baseline` an earlier tree's StaticDecoder; then where
-    an eager step's GPU time goes (torch.profiler: the kernels' share)."""
+    an eager step's GPU time goes (torch.profiler: the kernels' share). `only_cases`: the
+    cases whose names end so (e.g. stragglers); earlier figures of the others stay."""
     import torch
 
     from chorus.generate import StaticDecoder
@@ -263,8 +264,8 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
                 "step_graph_prefix_no_compaction": lambda: StaticDecoder(model, compact=False)}
     if baseline is not None:
         decoders["baseline"] = lambda: load_decoder_class(baseline)(model)
-    results: dict = {"device": device, "prompt_tokens": sizes["prompt_tokens"],
-                     "baseline": str(baseline) if baseline else None}
+    results: dict = {**(report.data["details"].get("decode") or {} if only_cases else {}), "device": device,
+                     "prompt_tokens": sizes["prompt_tokens"], "baseline": str(baseline) if baseline else None}
 
     def run(decoder, batch: int, new: int, stops: list[int]) -> dict:
         inputs = tokenizer.pad({"input_ids": prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], batch)},
@@ -294,6 +295,8 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
              (f"batch{big}_stragglers", big, cap, stragglers,
               ("step_graph_prefix", "step_graph_prefix_no_compaction", "baseline"))]
     for case, batch, new, stops, names in cases:
+        if only_cases and not any(case.endswith(suffix) for suffix in only_cases):
+            continue
         for name in names:
             key = f"{case}/{name}"
             if name not in decoders:
@@ -310,7 +313,7 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
         for name in names:
             if reference and (results.get(f"{case}/{name}") or {}).get("tokens_per_s"):
                 results[f"{case}/{name}"]["speedup_vs_baseline"] = results[f"{case}/{name}"]["tokens_per_s"] / reference
-    if device == "cuda" and time.perf_counter() < deadline:
+    if device == "cuda" and time.perf_counter() < deadline and not only_cases:
         try:
             results["profile"] = profile_decode_step(model, tokenizer, tasks, sizes, rare, pad)
         except Exception as err:
@@ -538,6 +541,8 @@ def main() -> None:
                         help="the sandbox's audit-hook guard, on as in scoring (--no-guard to compare)")
     parser.add_argument("--only", nargs="*", default=["generate", "rewards", "grpo", "sft"],
                         help="sections: generate rewards grpo sft, and decode (the static decoder step by step)")
+    parser.add_argument("--decode-cases", nargs="*", default=None,
+                        help="decode section: only the cases ending so (batch64 batch256 long stragglers)")
     parser.add_argument("--baseline-decoder", type=Path,
                         help="decode section: also time StaticDecoder from this file (another tree's generate.py)")
     parser.add_argument("--grpo-backends", nargs="*", default=None,
@@ -606,7 +611,7 @@ def main() -> None:
     grpo_tasks = easy_first[: sizes["grpo_tasks"]]
     sections = {
         "decode": lambda: bench_decode(model_dir, tasks, sizes, device, start + 0.5 * args.budget_s, report,
-                                       args.baseline_decoder),
+                                       args.baseline_decoder, args.decode_cases),
         "generate": lambda: bench_generation(model_dir, tasks, sizes, device, start + 0.35 * args.budget_s, report),
         "rewards": lambda: bench_rewards(grpo_tasks, sizes["reward_copies"], workers, limits, report),
         "grpo": lambda: bench_grpo(model_dir, grpo_tasks, sizes, workers, limits, device, root, args.grpo_backends,

@@ -213,13 +213,14 @@ def _continuous_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_t
             yield task_id, sample_id, tokenizer.decode(tokens, skip_special_tokens=True), len(tokens)
 
 
-def draw_tokens(logits, temperature: float, top_p: float | None = None):
+def draw_tokens(logits, temperature: float, top_p: float | None = None, noise=None):
     """The next token per row of `logits` [batch, vocab]: argmax at temperature 0, else a
     draw from softmax(logits / temperature), restricted when `top_p` < 1 to the smallest
     set of most probable tokens whose mass reaches top_p. The draw is an exponential race,
     argmax p_i / E_i with E_i ~ Exp(1), which picks i with probability p_i / sum(p) like
     `multinomial` but in elementwise kernels and an argmax: no host sync, so it runs
-    inside a CUDA graph."""
+    inside a CUDA graph. `noise`: the E_i, drawn by the caller (a graph then holds no
+    random op); None: drawn here."""
     import torch
 
     logits = logits.float()
@@ -230,9 +231,10 @@ def draw_tokens(logits, temperature: float, top_p: float | None = None):
     if top_p is not None and top_p < 1.0:
         probs, order = probs.sort(-1, descending=True)
         probs = probs.masked_fill(probs.cumsum(-1) - probs > top_p, 0.0)  # mass before the token already >= top_p
+    if noise is None:
+        noise = torch.empty_like(probs).exponential_()
     # clamped: an exact 0 would make 0/0 = nan, which argmax picks
-    race = torch.empty_like(probs).exponential_().clamp_(min=torch.finfo(probs.dtype).tiny)
-    picked = (probs / race).argmax(-1)
+    picked = (probs / noise.clamp(min=torch.finfo(probs.dtype).tiny)).argmax(-1)
     return picked if order is None else order.gather(-1, picked[:, None]).squeeze(-1)
 
 
@@ -267,12 +269,13 @@ class StaticDecoder:
     Per-step overhead, not bandwidth, bounds `generate` for small models (90 ms a step for
     a 135M model at batch 64 on an H200: thousands of kernel launches and Python). One
     graph replays a whole step: the forward, the sampling (temperature, top-p, and the
-    draw as an exponential race, argmax p/E with E ~ Exp(1), which needs no host sync) and
-    the bookkeeping (the token written to the output, rows that hit a stop id marked done,
-    the next key slot made valid). Everything a step reads and writes lives in fixed
-    buffers updated in place, including the count of tokens written (a device tensor), so
-    replays need nothing from the host; the cache advances its own position counter on the
-    device. Attention reads only the cache's filled prefix, rounded up to `kv_block` slots
+    draw as an exponential race, draw_tokens) and the bookkeeping (the token written to
+    the output, rows that hit a stop id marked done, the next key slot made valid).
+    Everything a step reads and writes lives in fixed buffers updated in place, including
+    the count of tokens written (a device tensor), so replays need nothing from the host
+    but the step's random numbers, drawn into a buffer before each replay (no random op
+    in the graph: a failed capture cannot leave the generator in capture mode); the cache
+    advances its own position counter on the device. Attention reads only the cache's filled prefix, rounded up to `kv_block` slots
     (one graph per prefix length, captured when decoding reaches it), so a step's cost
     follows the sequence so far rather than prompt + max_new_tokens (`kv_block=None`: the
     whole cache every step). Finished rows would otherwise decode padding until the
@@ -348,10 +351,11 @@ class StaticDecoder:
         step_pos = positions[:, -1:].clone()
         key_valid = torch.zeros((batch, max_len), dtype=torch.bool, device=self.device)
         key_valid[:, :prompt_len] = mask.bool()
+        noise = None  # the exponential race's E_i, a buffer the size of the logits
 
         def emit(logits) -> None:
             """Sample each row's next token and advance the state (no host sync)."""
-            next_ids = torch.where(done, pad, draw_tokens(logits, temperature, top_p))
+            next_ids = torch.where(done, pad, draw_tokens(logits, temperature, top_p, noise))
             tokens.index_copy_(1, written, next_ids[:, None])
             # not torch.isin: past ~20 stop ids it sorts and calls unique, which syncs (no capture)
             done.logical_or_((next_ids[:, None] == stops).any(-1))
@@ -364,7 +368,8 @@ class StaticDecoder:
             emit(self._forward(cache, input_ids=step_ids, position_ids=step_pos,
                                attention_mask=key_valid[:, None, None, :view]))
 
-        graphs: dict = {}  # prefix length -> the captured step
+        graphs: dict = {}  # prefix length -> the captured step at the current batch size
+        retired = []  # graphs of earlier batch sizes, alive until the end (their pool is shared)
         pool = torch.cuda.graph_pool_handle() if self.use_graph else None
         side = torch.cuda.Stream() if self.use_graph else None
         rows = torch.arange(batch)  # the caller's row of each row decoded now
@@ -373,8 +378,11 @@ class StaticDecoder:
         stop_set = set(stop_ids)
         warm_until = self.WARMUP
         with torch.no_grad():
-            emit(self._forward(cache, input_ids=input_ids.to(self.device), attention_mask=mask,
-                               position_ids=positions))
+            logits = self._forward(cache, input_ids=input_ids.to(self.device), attention_mask=mask,
+                                   position_ids=positions)
+            if temperature > 0:
+                noise = torch.empty(logits.shape, device=self.device).exponential_()
+            emit(logits)
             emitted = 1
             while True:
                 if emitted % self.CHECK_EVERY == 0 or emitted == max_new_tokens:
@@ -394,13 +402,17 @@ class StaticDecoder:
                         keep = live.to(self.device)
                         tokens, done, pad, step_ids, step_pos, key_valid = (
                             t.index_select(0, keep) for t in (tokens, done, pad, step_ids, step_pos, key_valid))
+                        noise = noise[: len(live)] if noise is not None else None
                         for layer in cache.layers:
                             layer.keys = layer.keys.index_select(0, keep)
                             layer.values = layer.values.index_select(0, keep)
                         rows = rows[live]
+                        retired.extend(graphs.values())
                         graphs.clear()
                         warm_until = emitted + self.WARMUP
                 view = self._view(prompt_len + emitted, max_len, kv_block)
+                if noise is not None:
+                    noise.exponential_()
                 if view in graphs:
                     graphs[view].replay()
                 elif self.use_graph and emitted > warm_until:
@@ -410,7 +422,8 @@ class StaticDecoder:
                         with torch.cuda.graph(graph, pool=pool):  # records only: the step runs at the replay
                             step(view)
                     except Exception as err:  # a step that cannot be captured: decode eagerly
-                        log.warning("CUDA graph capture failed (%r); decoding without graphs", err)
+                        log.warning("CUDA graph capture failed (%r, in the step: %r); decoding without graphs",
+                                    err, err.__context__)
                         self.use_graph, side = False, None
                         step(view)
                     else:
