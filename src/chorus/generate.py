@@ -319,15 +319,19 @@ class StaticDecoder:
         including the first stop id. `on_finished(row, ids)` hears of each row once, with
         the ids it returns: rows that stop early within CHECK_EVERY steps of their stop id
         (while the rest decode), the others at the end."""
+        switch = getattr(self.model, "set_attn_implementation", None)
+        if switch is None:  # not a transformers model: its own attention reads the whole cache
+            return self._generate(input_ids, attention_mask, max_new_tokens, temperature, top_p, stop_ids, pad_id,
+                                  on_finished, None)
         previous = self.model.config._attn_implementation
-        self.model.set_attn_implementation(_register_prefix_attention())
-        # a model that keeps its own attention reads the whole cache every step
+        switch(_register_prefix_attention())
+        # a model that keeps its own attention (no dynamic switch) reads the whole cache
         prefix = self.model.config._attn_implementation == PREFIX_ATTENTION
         try:
             return self._generate(input_ids, attention_mask, max_new_tokens, temperature, top_p, stop_ids, pad_id,
                                   on_finished, self.kv_block if prefix else None)
         finally:
-            self.model.set_attn_implementation(previous)
+            switch(previous)
 
     def _generate(self, input_ids, attention_mask, max_new_tokens, temperature, top_p, stop_ids, pad_id,
                   on_finished, kv_block):
