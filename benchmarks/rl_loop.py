@@ -313,7 +313,7 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
         for name in names:
             if reference and (results.get(f"{case}/{name}") or {}).get("tokens_per_s"):
                 results[f"{case}/{name}"]["speedup_vs_baseline"] = results[f"{case}/{name}"]["tokens_per_s"] / reference
-    if device == "cuda" and time.perf_counter() < deadline and not only_cases:
+    if time.perf_counter() < deadline and not only_cases:
         try:
             results["profile"] = profile_decode_step(model, tokenizer, tasks, sizes, rare, pad)
         except Exception as err:
@@ -327,25 +327,37 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
 
 
 def profile_decode_step(model, tokenizer, tasks, sizes: dict, rare: int, pad: int, steps: int = 8) -> dict:
-    """GPU time of eager decode steps by kernel (the graph replays the same kernels), at
-    `big_batch` with ~1k-token prompts: the top kernels' milliseconds per step and share."""
+    """Where a decode step's time goes, at `big_batch` with ~1k-token prompts: torch.profiler
+    self times by kernel (GPU) or operator (CPU) of eager decoding (the graph replays the
+    same kernels), `steps` + 1 new tokens minus 1 new token, so the prefill cancels out;
+    the top entries' milliseconds per step and share."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
     from chorus.generate import StaticDecoder
 
+    on_gpu = next(model.parameters()).is_cuda
     inputs = tokenizer.pad({"input_ids": prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], sizes["big_batch"])},
                            return_tensors="pt")
     decoder = StaticDecoder(model, use_graph=False)
-    run = dict(max_new_tokens=steps + 1, temperature=0.8, top_p=0.95, stop_ids=[rare], pad_id=pad)
-    decoder.generate(inputs["input_ids"], inputs["attention_mask"], **run)  # warm
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        decoder.generate(inputs["input_ids"], inputs["attention_mask"], **run)
-        sync()
-    kernels = [(e.key, e.device_time_total / 1000) for e in prof.key_averages()]
-    total = sum(ms for _, ms in kernels)
-    top = sorted(kernels, key=lambda item: -item[1])[:15]
-    return {"batch": sizes["big_batch"], "steps": steps, "note": "includes the prefill of the prompts",
-            "gpu_ms_total": total, "kernels": [{"name": name[:120], "ms": ms, "share": ms / total} for name, ms in top]}
+
+    def self_ms(new_tokens: int) -> dict[str, float]:
+        run = dict(max_new_tokens=new_tokens, temperature=0.8, top_p=0.95, stop_ids=[rare], pad_id=pad)
+        decoder.generate(inputs["input_ids"], inputs["attention_mask"], **run)  # warm
+        with profile(activities=[ProfilerActivity.CUDA if on_gpu else ProfilerActivity.CPU]) as prof:
+            decoder.generate(inputs["input_ids"], inputs["attention_mask"], **run)
+            if on_gpu:
+                torch.cuda.synchronize()
+        return {e.key: (e.self_device_time_total if on_gpu else e.self_cpu_time_total) / 1000
+                for e in prof.key_averages()}
+
+    prefill, whole = self_ms(1), self_ms(steps + 1)
+    per_step = {name: (ms - prefill.get(name, 0.0)) / steps for name, ms in whole.items()}
+    per_step = {name: ms for name, ms in per_step.items() if ms > 0}
+    total = sum(per_step.values())
+    top = sorted(per_step.items(), key=lambda item: -item[1])[:15]
+    return {"batch": sizes["big_batch"], "steps": steps, "clock": "gpu kernels" if on_gpu else "cpu operators",
+            "ms_per_step": total, "top": [{"name": name[:120], "ms": ms, "share": ms / total} for name, ms in top]}
 
 
 def bench_rewards(tasks, copies: int, workers: int, limits, report: Report) -> None:
@@ -411,7 +423,8 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
                              "rollout_backend": metrics["rollout_backend"], **metrics["breakdown"],
                              "statuses": [c["statuses"] for c in metrics["reward_calls"]],
                              "reward_wait_per_call_s": [round(c["wall_s"], 3) for c in metrics["reward_calls"]],
-                             "completions_per_step": per_step, "rollout_batch": per_step * per_generation}
+                             "completions_per_step": per_step, "rollout_batch": per_step * per_generation,
+                             "sim_workers": workers}
         except Exception as err:
             runs[name] = {"error": repr(err)[:1500]}
         report.detail(section, runs)
@@ -553,6 +566,8 @@ def main() -> None:
     parser.add_argument("--grpo-steps", type=int, help="GRPO steps (default 4)")
     parser.add_argument("--grpo-steps-per-generation", type=int, default=None,
                         help="optimizer steps per rollout batch (rl.steps_per_generation; default one)")
+    parser.add_argument("--sim-workers", type=int, default=None,
+                        help="simulation sandboxes (default: the cores less one, less 4 more while SFT compiles)")
     parser.add_argument("--grpo-late", action="store_true",
                         help="also run each backend with rewards simulated after the whole batch (<backend>_late)")
     # internal: one SFT job in a fresh process
@@ -602,7 +617,7 @@ def main() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     # a background compile (SFT, GPU only) gets the last 4 cores, the simulations the rest
     compile_cpus = cpus[-4:] if device == "cuda" and len(cpus) >= 8 and "sft" in args.only else None
-    workers = max(2, len(cpus) - (5 if compile_cpus else 1))
+    workers = args.sim_workers or max(2, len(cpus) - (5 if compile_cpus else 1))
     data = sft_data(tasks, root)
     background = (SftRun(model_dir, data, root, "compiled", sizes["sft_steps"], device, root / "inductor",
                          cpus=compile_cpus) if device == "cuda" and "sft" in args.only else None)

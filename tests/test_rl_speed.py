@@ -442,6 +442,9 @@ def test_rl_loop_benchmark_smoke(tmp_path):
         assert decode[f"{case}/step_graph_prefix"]["speedup_vs_baseline"] > 0
         assert decode[f"{case}/baseline"]["tokens_per_s"] > 0, decode[f"{case}/baseline"]
     assert decode["batch8_stragglers/step_graph_prefix_no_compaction"]["tokens_per_s"] > 0
+    profile = decode["profile"]  # a decode step's time by operator (CPU here), the prefill subtracted
+    assert profile["ms_per_step"] > 0 and profile["top"], profile
+    assert sum(entry["share"] for entry in profile["top"]) <= 1 + 1e-9
     assert result["details"]["grpo_best"] == "grpo_batch4/static"
     assert result["rollout_tokens_per_s"] == result["details"]["grpo_batch4"]["static"]["rollout_tokens_per_s"]
     runs = result["details"]["grpo_batch4"]
