@@ -247,10 +247,8 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
     and at `big_batch` with `long_tokens` (the evaluation's cap), for this tree's decoder
     (one graph per step, attention over the filled cache prefix), the same over the whole
     cache (kv_block None), and with `baseline` an earlier tree's StaticDecoder; then where
-    an eager step's GPU time goes (torch.profiler: the kernels' share). `only_cases`: the
+    a step's time goes (profile_decode_step). `only_cases`: the
     cases whose names end so (e.g. stragglers); earlier figures of the others stay."""
-    import torch
-
     from chorus.generate import StaticDecoder
     from chorus.modeling import load_model_and_tokenizer
 

@@ -190,7 +190,8 @@ def test_static_decoder_drops_finished_rows_from_the_batch(base, monkeypatch):
     expected, expected_lengths = plain.generate(inputs["input_ids"], inputs["attention_mask"], stop_ids=[stop], **run)
     batch_sizes, heard = [], {}
     forward = model.forward
-    monkeypatch.setattr(model, "forward", lambda *a, **kw: batch_sizes.append(kw["input_ids"].shape[0]) or forward(*a, **kw))
+    monkeypatch.setattr(model, "forward",
+                        lambda *a, **kw: batch_sizes.append(kw["input_ids"].shape[0]) or forward(*a, **kw))
     tokens, lengths = compacting.generate(inputs["input_ids"], inputs["attention_mask"], stop_ids=[stop], **run,
                                           on_finished=lambda row, ids: heard.setdefault(row, []).append(ids))
     assert tokens.tolist() == expected.tolist() and lengths.tolist() == expected_lengths.tolist()
@@ -220,7 +221,8 @@ def test_static_decoder_reads_only_the_filled_cache_prefix(base, monkeypatch):
     assert min(mask for mask, _ in decode) < prompt_len + 20  # keys cut to the filled prefix
     assert all(mask % 8 == 0 or mask == prompt_len + 20 for mask, _ in decode)
     assert model.config._attn_implementation == "sdpa"
-    whole, _ = generate.StaticDecoder(model, kv_block=None).generate(inputs["input_ids"], inputs["attention_mask"], **run)
+    whole, _ = generate.StaticDecoder(model, kv_block=None).generate(inputs["input_ids"], inputs["attention_mask"],
+                                                                     **run)
     reference = model.generate(**inputs, max_new_tokens=20, do_sample=False, pad_token_id=tokenizer.pad_token_id,
                                eos_token_id=None)[:, prompt_len:]
     assert narrow.tolist() == whole.tolist() == reference.tolist()

@@ -275,13 +275,14 @@ class StaticDecoder:
     the count of tokens written (a device tensor), so replays need nothing from the host
     but the step's random numbers, drawn into a buffer before each replay (no random op
     in the graph: a failed capture cannot leave the generator in capture mode); the cache
-    advances its own position counter on the device. Attention reads only the cache's filled prefix, rounded up to `kv_block` slots
-    (one graph per prefix length, captured when decoding reaches it), so a step's cost
-    follows the sequence so far rather than prompt + max_new_tokens (`kv_block=None`: the
-    whole cache every step). Finished rows would otherwise decode padding until the
-    longest row ends: when at most half the rows are still live (`compact`), the finished
-    ones leave the batch (their tokens kept aside) and the state and cache shrink to the
-    live rows, whose steps get graphs of the smaller size. The first `WARMUP` decode steps
+    advances its own position counter on the device. Attention reads only the cache's
+    filled prefix, rounded up to `kv_block` slots (one graph per prefix length, captured
+    when decoding reaches it), so a step's cost follows the sequence so far rather than
+    prompt + max_new_tokens (`kv_block=None`: the whole cache every step). Finished rows
+    would otherwise decode padding until the longest row ends: when at most half the rows
+    are still live (`compact`), the finished ones leave the batch (their tokens kept
+    aside) and the state and cache shrink to the live rows, whose steps get graphs of the
+    smaller size. The first `WARMUP` decode steps
     of a batch size run eagerly on a side stream (they are real steps) before its first
     capture."""
 
