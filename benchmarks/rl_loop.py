@@ -112,6 +112,31 @@ def prompt_ids(tokenizer, tasks, length: int, count: int) -> list[list[int]]:
     return [rendered[i % len(rendered)] for i in range(count)]
 
 
+def left_padded(tokenizer, tasks, sizes: dict, batch: int):
+    """`batch` prompts of ~`sizes["prompt_tokens"]` tokens (prompt_ids), left-padded tensors."""
+    tokenizer.padding_side = "left"
+    return tokenizer.pad({"input_ids": prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], batch)},
+                         return_tensors="pt")
+
+
+def time_decoder(decoder, inputs, new: int, stops: list[int], pad: int) -> dict:
+    """A StaticDecoder's second of two calls on `inputs` (the first includes start-up and
+    graph capture), sampling at temperature 0.8, top-p 0.95: tokens/s and ms per step."""
+    times = []
+    for _ in range(2):
+        sync()
+        start = time.perf_counter()
+        _, lengths = decoder.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=new,
+                                      temperature=0.8, top_p=0.95, stop_ids=stops, pad_id=pad)
+        sync()
+        times.append(time.perf_counter() - start)
+    count = int(lengths.sum())
+    return {"batch": int(inputs["input_ids"].shape[0]), "prompt_tokens": int(inputs["input_ids"].shape[1]),
+            "graph": decoder.use_graph, "new_tokens": count, "rows_at_cap": int((lengths == new).sum()),
+            "first_call_s": times[0], "seconds": times[1], "tokens_per_s": count / times[1],
+            "ms_per_step": 1000 * times[1] / new}
+
+
 def sync():
     import torch
 
@@ -138,13 +163,8 @@ def bench_generation(model_dir: Path, tasks, sizes: dict, device: str, deadline:
     sampling = dict(do_sample=True, temperature=0.8, top_p=0.95, top_k=None)
     results: dict = {"device": device, "new_tokens": new}
 
-    def padded(batch: int):
-        tokenizer.padding_side = "left"
-        ids = prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], batch)
-        return tokenizer.pad({"input_ids": ids}, return_tensors="pt")
-
     def plain(batch: int) -> dict:
-        inputs = padded(batch).to(device)
+        inputs = left_padded(tokenizer, tasks, sizes, batch).to(device)
         kwargs = dict(max_new_tokens=new, pad_token_id=pad, eos_token_id=rare, **sampling)
         with torch.no_grad():
             model.generate(**inputs, **{**kwargs, "max_new_tokens": 4})  # CUDA/cuBLAS start-up
@@ -158,20 +178,7 @@ def bench_generation(model_dir: Path, tasks, sizes: dict, device: str, deadline:
                 "new_tokens": tokens, "tokens_per_s": tokens / seconds, "ms_per_step": 1000 * seconds / new}
 
     def static(batch: int) -> dict:
-        inputs = padded(batch)
-        decoder = StaticDecoder(model)
-        runs = []
-        for _ in range(2):  # the first call includes cuBLAS/SDPA start-up
-            sync()
-            start = time.perf_counter()
-            tokens, lengths = decoder.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=new,
-                                               temperature=0.8, top_p=0.95, stop_ids=[rare], pad_id=pad)
-            sync()
-            runs.append((time.perf_counter() - start, int(lengths.sum())))
-        (first_s, _), (seconds, count) = runs
-        return {"batch": batch, "prompt_tokens": int(inputs["input_ids"].shape[1]), "graph": decoder.use_graph,
-                "first_call_s": first_s, "seconds": seconds, "new_tokens": count, "tokens_per_s": count / seconds,
-                "ms_per_step": 1000 * seconds / new}
+        return time_decoder(StaticDecoder(model), left_padded(tokenizer, tasks, sizes, batch), new, [rare], pad)
 
     def continuous(batch: int) -> dict:
         ids = prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], batch)
@@ -256,7 +263,6 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
     model.eval()
     rare = model.config.vocab_size - 1
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    tokenizer.padding_side = "left"
     decoders = {"step_graph_prefix": lambda: StaticDecoder(model),
                 "step_graph_whole_cache": lambda: StaticDecoder(model, kv_block=None),
                 "step_graph_prefix_no_compaction": lambda: StaticDecoder(model, compact=False)}
@@ -264,22 +270,6 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
         decoders["baseline"] = lambda: load_decoder_class(baseline)(model)
     results: dict = {**(report.data["details"].get("decode") or {} if only_cases else {}), "device": device,
                      "prompt_tokens": sizes["prompt_tokens"], "baseline": str(baseline) if baseline else None}
-
-    def run(decoder, batch: int, new: int, stops: list[int]) -> dict:
-        inputs = tokenizer.pad({"input_ids": prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], batch)},
-                               return_tensors="pt")
-        times = []
-        for _ in range(2):  # the first call includes start-up and graph capture
-            sync()
-            start = time.perf_counter()
-            _, lengths = decoder.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=new,
-                                          temperature=0.8, top_p=0.95, stop_ids=stops, pad_id=pad)
-            sync()
-            times.append(time.perf_counter() - start)
-        count = int(lengths.sum())
-        return {"batch": batch, "new_tokens": count, "rows_at_cap": int((lengths == new).sum()),
-                "first_call_s": times[0], "seconds": times[1], "tokens_per_s": count / times[1],
-                "ms_per_step": 1000 * times[1] / new}
 
     # stragglers: the top 1/400 of the vocabulary stops a row (random weights draw nearly
     # uniformly): lengths roughly geometric, mean ~400, capped at GRPO's completion length
@@ -303,7 +293,8 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
                 results[key] = {"error": "skipped: out of the section's time budget"}
                 continue
             try:
-                results[key] = run(decoders[name](), batch, new, stops)
+                results[key] = time_decoder(decoders[name](), left_padded(tokenizer, tasks, sizes, batch), new,
+                                            stops, pad)
             except Exception as err:  # one failed variant must not lose the others
                 results[key] = {"error": repr(err)[:800]}
             report.detail("decode", results)
@@ -335,8 +326,7 @@ def profile_decode_step(model, tokenizer, tasks, sizes: dict, rare: int, pad: in
     from chorus.generate import StaticDecoder
 
     on_gpu = next(model.parameters()).is_cuda
-    inputs = tokenizer.pad({"input_ids": prompt_ids(tokenizer, tasks, sizes["prompt_tokens"], sizes["big_batch"])},
-                           return_tensors="pt")
+    inputs = left_padded(tokenizer, tasks, sizes, sizes["big_batch"])
     decoder = StaticDecoder(model, use_graph=False)
 
     def self_ms(new_tokens: int) -> dict[str, float]:

@@ -282,9 +282,8 @@ class StaticDecoder:
     would otherwise decode padding until the longest row ends: when at most half the rows
     are still live (`compact`), the finished ones leave the batch (their tokens kept
     aside) and the state and cache shrink to the live rows, whose steps get graphs of the
-    smaller size. The first `WARMUP` decode steps
-    of a batch size run eagerly on a side stream (they are real steps) before its first
-    capture."""
+    smaller size. The first `WARMUP` decode steps of a batch size run eagerly on a side
+    stream (they are real steps) before its first capture."""
 
     WARMUP = 3
     KV_BLOCK = 256
