@@ -200,6 +200,69 @@ def test_static_decoder_drops_finished_rows_from_the_batch(base, monkeypatch):
     assert all(heard[row] == [tokens[row, : int(lengths[row])].tolist()] for row in range(6))
 
 
+def test_decode_attention_attends_per_kv_head(monkeypatch):
+    """A one-token query with grouped KV heads (SmolLM2: 9 query heads, 3 KV heads) is
+    attended per KV head without copying the cache (no repeat_kv, which transformers'
+    sdpa uses under torch.compile), over the mask's prefix of the keys: the same output as
+    attention with the KV heads expanded."""
+    import types
+
+    import torch
+    from transformers.integrations import sdpa_attention
+
+    from chorus.generate import _prefix_sdpa
+
+    torch.manual_seed(0)
+    batch, heads, kv_heads, dim, slots, width = 3, 6, 2, 8, 20, 12
+    module = types.SimpleNamespace(num_key_value_groups=heads // kv_heads, is_causal=True, training=False)
+    query = torch.randn(batch, heads, 1, dim)
+    key, value = torch.randn(batch, kv_heads, slots, dim), torch.randn(batch, kv_heads, slots, dim)
+    mask = torch.rand(batch, 1, 1, width) > 0.3
+    mask[:, ..., 0] = True
+    expanded = torch.nn.functional.scaled_dot_product_attention(
+        query, key[:, :, :width].repeat_interleave(3, 1), value[:, :, :width].repeat_interleave(3, 1),
+        attn_mask=mask, scale=0.5).transpose(1, 2)
+    copies, repeat_kv = [], sdpa_attention.repeat_kv
+    monkeypatch.setattr(sdpa_attention, "is_torchdynamo_compiling", lambda: True)  # as under torch.compile
+    monkeypatch.setattr(sdpa_attention, "repeat_kv", lambda *a: copies.append(a) or repeat_kv(*a))
+    out, _ = _prefix_sdpa(module, query, key, value, mask, dropout=0.0, scaling=0.5)
+    assert out.shape == (batch, 1, heads, dim) and torch.allclose(out, expanded, atol=1e-6)
+    assert not copies
+
+
+def test_compiled_decode_steps_give_the_same_tokens(base):
+    """With compile, the decode steps run the model's decoder layers through inductor (one
+    graph per layer whatever the prefix view or batch size) and give the tokens of the
+    uncompiled steps, greedy and sampled from the same seed; the prefill and the model
+    after `generate` are the uncompiled model."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from chorus.generate import StaticDecoder
+
+    model, tokenizer, inputs, _ = static_decoder_on_prompts(base, TRAIN[:6])
+    layers = StaticDecoder(model)._repeated_layers()
+    assert len(layers) == model.config.num_hidden_layers
+    compiled, plain = StaticDecoder(model, kv_block=8, compile=True), StaticDecoder(model, kv_block=8, compile=False)
+    for decoder in (compiled, plain):  # a batch that shrinks mid-way, over several prefix views
+        decoder.CHECK_EVERY, decoder.COMPACT_MIN_ROWS = 4, 2
+    run = dict(max_new_tokens=24, temperature=0, pad_id=tokenizer.pad_token_id)
+    expected = plain.generate(inputs["input_ids"], inputs["attention_mask"], **run)[0]
+    stop = int(torch.mode(expected[:, :8].flatten()).values)  # most rows stop early: the batch compacts
+    graphs_before = counters["stats"]["unique_graphs"]
+    results = {}
+    for name, decoder in (("compiled", compiled), ("plain", plain)):
+        torch.manual_seed(3)
+        results[name] = (decoder.generate(inputs["input_ids"], inputs["attention_mask"], stop_ids=[stop], **run),
+                         decoder.generate(inputs["input_ids"], inputs["attention_mask"], **{
+                             **run, "temperature": 0.9}, top_p=0.9, stop_ids=[stop]))
+    assert compiled.compiled  # no fall-back to uncompiled steps
+    assert counters["stats"]["unique_graphs"] - graphs_before == model.config.num_hidden_layers
+    for (tokens, lengths), (want, want_lengths) in zip(results["compiled"], results["plain"]):
+        assert tokens.tolist() == want.tolist() and lengths.tolist() == want_lengths.tolist()
+    assert all(layer._compiled_call_impl is None for layer in layers)
+
+
 def test_static_decoder_reads_only_the_filled_cache_prefix(base, monkeypatch):
     """Decode steps attend to the cache's filled prefix, rounded up to kv_block slots, not
     to the whole static cache: narrower keys, the same greedy tokens as the whole cache
@@ -217,7 +280,8 @@ def test_static_decoder_reads_only_the_filled_cache_prefix(base, monkeypatch):
                                                                    **run)
     prompt_len = inputs["input_ids"].shape[1]
     decode = [(mask, cache) for q, mask, cache in widths if q == 1]
-    assert len(decode) == 19 * model.config.num_hidden_layers and all(cache == prompt_len + 20 for _, cache in decode)
+    # the cache holds one spare slot past prompt + new tokens, so every view is a strict prefix
+    assert len(decode) == 19 * model.config.num_hidden_layers and all(cache == prompt_len + 21 for _, cache in decode)
     assert min(mask for mask, _ in decode) < prompt_len + 20  # keys cut to the filled prefix
     assert all(mask % 8 == 0 or mask == prompt_len + 20 for mask, _ in decode)
     assert model.config._attn_implementation == "sdpa"

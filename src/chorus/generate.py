@@ -12,6 +12,7 @@ every row is there.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import time
@@ -241,14 +242,28 @@ def draw_tokens(logits, temperature: float, top_p: float | None = None, noise=No
 PREFIX_ATTENTION = "chorus_prefix_sdpa"
 
 
-def _prefix_sdpa(module, query, key, value, attention_mask, **kwargs):
+def _prefix_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
     """transformers' sdpa over the first `attention_mask.shape[-1]` slots of the cache: a
-    decode step given a mask narrower than the static cache reads only that prefix."""
+    decode step given a mask narrower than the static cache reads only that prefix. A
+    one-token query with grouped KV heads attends per KV head, its query heads as rows
+    (what transformers' pack_gqa does, except under torch.compile, where it copies every
+    KV head `groups` times: repeat_kv, 3x the cache traffic for SmolLM2)."""
+    import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if attention_mask is not None and attention_mask.ndim == 4 and attention_mask.shape[-1] < key.shape[-2]:
+    if attention_mask is not None and attention_mask.ndim == 4:  # unconditional: one compiled graph for all widths
         key, value = key[..., : attention_mask.shape[-1], :], value[..., : attention_mask.shape[-1], :]
-    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    groups = getattr(module, "num_key_value_groups", 1)
+    if query.shape[2] != 1 or groups == 1 or kwargs.get("position_bias") is not None or kwargs.get("softcap"):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    batch, heads, _, dim = query.shape
+    packed = query.reshape(batch, heads // groups, groups, dim)
+    if attention_mask is not None and attention_mask.ndim == 4 and attention_mask.shape[1] != 1:
+        attention_mask = attention_mask.reshape(batch, heads // groups, groups, -1)  # per-head masks follow
+    out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=attention_mask,
+                                                           dropout_p=dropout, scale=scaling)
+    return out.reshape(batch, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
 
 
 def _register_prefix_attention() -> str:
@@ -283,14 +298,16 @@ class StaticDecoder:
     are still live (`compact`), the finished ones leave the batch (their tokens kept
     aside) and the state and cache shrink to the live rows, whose steps get graphs of the
     smaller size. The first `WARMUP` decode steps of a batch size run eagerly on a side
-    stream (they are real steps) before its first capture."""
+    stream (they are real steps) before its first capture. `compile`: decode steps run the
+    model's decoder layers through torch.compile (off by default, see __init__)."""
 
     WARMUP = 3
     KV_BLOCK = 256
     CHECK_EVERY = 16  # steps between the host's looks at finished rows (one sync each)
     COMPACT_MIN_ROWS = 16  # smaller batches are not worth compacting
 
-    def __init__(self, model, use_graph: bool | None = None, kv_block: int | None = KV_BLOCK, compact: bool = True):
+    def __init__(self, model, use_graph: bool | None = None, kv_block: int | None = KV_BLOCK, compact: bool = True,
+                 compile: bool = False):
         import torch
 
         self.model = model
@@ -301,9 +318,43 @@ class StaticDecoder:
         self.torch = torch
         # transformers 5.25 names the cache argument `cache` (`past_key_values` deprecated)
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        # a graph replays every kernel of the eager step (over a thousand for a 30-layer Llama,
+        # a few microseconds each: most of a 135M model's 6 ms step at batch 64); `compile` runs the
+        # decoder layers through inductor, which fuses them. Off by default: on an H100 it
+        # compiled for 76 s and stepped 2x slower, 12.8 ms more a step, about what expanding
+        # the KV heads costs (transformers' sdpa does under dynamo; _prefix_sdpa no longer
+        # does); not re-measured since. benchmarks/rl_loop.py --only decode measures it.
+        self.compiled = compile
+        self._compiled_layers: dict = {}
 
     def _forward(self, cache, **inputs):
         return self.model(**inputs, **{self.cache_arg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
+
+    def _repeated_layers(self) -> list:
+        """The model's repeated blocks (transformers names their classes `_no_split_modules`)."""
+        names = set(getattr(self.model, "_no_split_modules", None) or ())
+        return [module for module in self.model.modules() if type(module).__name__ in names]
+
+    @contextlib.contextmanager
+    def _layers_compiled(self):
+        """Decoder layers run compiled (regional compilation, as nn.Module.compile does,
+        undone on exit: training and the prefill see the model as it was)."""
+        torch = self.torch
+        layers = self._repeated_layers() if self.compiled else []
+        previous = [layer._compiled_call_impl for layer in layers]
+        for layer in layers:
+            if id(layer) not in self._compiled_layers:
+                self._compiled_layers[id(layer)] = torch.compile(layer._call_impl, dynamic=True)
+            layer._compiled_call_impl = self._compiled_layers[id(layer)]
+        # each layer's index (its cache slot) is a constant to dynamo: one graph per layer,
+        # all of them past the first from inductor's cache (same code, different inputs)
+        limit = max(torch._dynamo.config.recompile_limit, 2 * len(layers) + 8)
+        try:
+            with torch._dynamo.config.patch(recompile_limit=limit):
+                yield
+        finally:
+            for layer, compiled in zip(layers, previous):
+                layer._compiled_call_impl = compiled
 
     @staticmethod
     def _view(slots: int, max_len: int, kv_block: int | None) -> int:
@@ -335,14 +386,15 @@ class StaticDecoder:
 
     def _generate(self, input_ids, attention_mask, max_new_tokens, temperature, top_p, stop_ids, pad_id,
                   on_finished, kv_block):
-        import contextlib
-
         torch = self.torch
         from transformers import StaticCache
 
         batch, prompt_len = input_ids.shape
         max_len = prompt_len + max_new_tokens
-        cache = StaticCache(config=self.model.config, max_cache_len=max_len)
+        # with prefix views, one spare slot (never valid, never read): every view is a strict
+        # prefix, so the keys and mask attention sees have one layout (one compiled graph)
+        slots = max_len + (1 if kv_block else 0)
+        cache = StaticCache(config=self.model.config, max_cache_len=slots)
         stops = torch.tensor(list(stop_ids) or [-1], device=self.device)
         mask = attention_mask.to(self.device)
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -353,13 +405,13 @@ class StaticDecoder:
         pad = torch.full((batch,), pad_id, dtype=torch.long, device=self.device)
         step_ids = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
         step_pos = positions[:, -1:].clone()
-        key_valid = torch.zeros((batch, max_len), dtype=torch.bool, device=self.device)
+        key_valid = torch.zeros((batch, slots), dtype=torch.bool, device=self.device)
         key_valid[:, :prompt_len] = mask.bool()
         noise = None  # the exponential race's E_i, a buffer the size of the logits
 
-        def emit(logits) -> None:
-            """Sample each row's next token and advance the state (no host sync)."""
-            next_ids = torch.where(done, pad, draw_tokens(logits, temperature, top_p, noise))
+        def emit(drawn) -> None:
+            """Advance the state by each row's drawn token (no host sync)."""
+            next_ids = torch.where(done, pad, drawn)
             tokens.index_copy_(1, written, next_ids[:, None])
             # not torch.isin: past ~20 stop ids it sorts and calls unique, which syncs (no capture)
             done.logical_or_((next_ids[:, None] == stops).any(-1))
@@ -369,8 +421,10 @@ class StaticDecoder:
             written.add_(1)
 
         def step(view: int) -> None:
-            emit(self._forward(cache, input_ids=step_ids, position_ids=step_pos,
-                               attention_mask=key_valid[:, None, None, :view]))
+            with self._layers_compiled():
+                logits = self._forward(cache, input_ids=step_ids, position_ids=step_pos,
+                                       attention_mask=key_valid[:, None, None, :view])
+            emit(draw_tokens(logits, temperature, top_p, noise))
 
         graphs: dict = {}  # prefix length -> the captured step at the current batch size
         retired = []  # graphs of earlier batch sizes, alive until the end (their pool is shared)
@@ -381,12 +435,13 @@ class StaticDecoder:
         reported = torch.zeros(batch, dtype=torch.bool)  # by the caller's row
         stop_set = set(stop_ids)
         warm_until = self.WARMUP
+        warmed: set = set()  # compiled: prefix lengths stepped eagerly at this batch size (compiling there)
         with torch.no_grad():
             logits = self._forward(cache, input_ids=input_ids.to(self.device), attention_mask=mask,
                                    position_ids=positions)
             if temperature > 0:
                 noise = torch.empty(logits.shape, device=self.device).exponential_()
-            emit(logits)
+            emit(draw_tokens(logits, temperature, top_p, noise))
             emitted = 1
             while True:
                 if emitted % self.CHECK_EVERY == 0 or emitted == max_new_tokens:
@@ -403,6 +458,9 @@ class StaticDecoder:
                         # finished rows leave the batch: their tokens to `out`, the rest of the state
                         # and the cache cut to the live rows; steps at the new size get new graphs
                         out = tokens.clone() if out is None else out.index_copy_(0, rows.to(self.device), tokens)
+                        # at least 2 rows (a finished one decodes padding beside the last live
+                        # row): a batch of 1 is a new specialisation, a recompile of every layer
+                        live = torch.cat([live, finished.nonzero().flatten()[: max(0, 2 - len(live))]])
                         keep = live.to(self.device)
                         tokens, done, pad, step_ids, step_pos, key_valid = (
                             t.index_select(0, keep) for t in (tokens, done, pad, step_ids, step_pos, key_valid))
@@ -414,12 +472,13 @@ class StaticDecoder:
                         retired.extend(graphs.values())
                         graphs.clear()
                         warm_until = emitted + self.WARMUP
+                        warmed.clear()
                 view = self._view(prompt_len + emitted, max_len, kv_block)
                 if noise is not None:
                     noise.exponential_()
                 if view in graphs:
                     graphs[view].replay()
-                elif self.use_graph and emitted > warm_until:
+                elif self.use_graph and emitted > warm_until and (view in warmed or not self.compiled):
                     torch.cuda.current_stream().wait_stream(side)
                     graph = torch.cuda.CUDAGraph()
                     try:
@@ -437,7 +496,16 @@ class StaticDecoder:
                     if side is not None:
                         side.wait_stream(torch.cuda.current_stream())
                     with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-                        step(view)
+                        try:
+                            step(view)
+                        except torch._dynamo.exc.TorchDynamoException as err:
+                            if not self.compiled:
+                                raise
+                            # raised while compiling, before the step touched any state: decode uncompiled
+                            log.warning("torch.compile of the decode step failed (%r); decoding uncompiled", err)
+                            self.compiled = False
+                            step(view)
+                    warmed.add(view)
                     if side is not None:
                         torch.cuda.current_stream().wait_stream(side)
                 emitted += 1

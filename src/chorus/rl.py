@@ -119,9 +119,13 @@ def static_rollouts(trainer, on_finished=None):
 
     tokenizer = trainer._tokenizer
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else trainer.eos_token_ids[0]
+    decoders: dict = {}  # one per model: its compiled step serves every rollout batch
 
     def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         model = trainer.accelerator.unwrap_model(trainer.model)
+        if id(model) not in decoders:
+            decoders[id(model)] = StaticDecoder(model)
+        decoder = decoders[id(model)]
         width = max(len(ids) for ids in prompt_ids)
         input_ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
@@ -131,7 +135,7 @@ def static_rollouts(trainer, on_finished=None):
         was_training = model.training
         model.eval()
         try:
-            tokens, lengths = StaticDecoder(model).generate(
+            tokens, lengths = decoder.generate(
                 input_ids, mask, max_new_tokens=trainer.max_completion_length, temperature=trainer.temperature,
                 top_p=trainer.top_p, stop_ids=list(trainer.eos_token_ids), pad_id=pad_id,
                 on_finished=on_finished)
@@ -151,6 +155,7 @@ class RolloutTimer:
         self.generation_s = 0.0
         self.rollout_tokens = 0
         self.rollouts = 0
+        self.batches: list[dict] = []  # per rollout batch: seconds, tokens (the first carries the decoder's compile)
         self.step_s: list[float] = []
 
     def wrap(self, trainer) -> None:
@@ -161,9 +166,11 @@ class RolloutTimer:
         def timed(*args, **kwargs):
             start = time.perf_counter()
             completion_ids, logprobs = generate(*args, **kwargs)
-            self.generation_s += time.perf_counter() - start
-            self.rollout_tokens += sum(len(ids) for ids in completion_ids)
+            seconds, tokens = time.perf_counter() - start, sum(len(ids) for ids in completion_ids)
+            self.generation_s += seconds
+            self.rollout_tokens += tokens
             self.rollouts += len(completion_ids)
+            self.batches.append({"s": round(seconds, 3), "tokens": tokens, "rows": len(completion_ids)})
             return completion_ids, logprobs
 
         trainer._generate_single_turn = timed
@@ -315,6 +322,11 @@ def train_expert(
             "rollouts": timer.rollouts,
             "rollout_tokens": timer.rollout_tokens,
             "rollout_tokens_per_s": timer.rollout_tokens / timer.generation_s if timer.generation_s else None,
+            "rollout_batches": timer.batches,
+            # steady state: the batches after the first, which holds one-off costs (compiles)
+            "rollout_tokens_per_s_after_first": (
+                sum(b["tokens"] for b in timer.batches[1:]) / sum(b["s"] for b in timer.batches[1:])
+                if len(timer.batches) > 1 else None),
             "simulations": sum(c["n"] for c in coverage.calls),
             "simulations_started_early": sum(c["started_early"] for c in coverage.calls),
             "simulations_per_s": (sum(c["n"] for c in coverage.calls) / simulating_s if simulating_s else None),
