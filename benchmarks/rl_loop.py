@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -373,12 +374,17 @@ def bench_rewards(tasks, copies: int, workers: int, limits, report: Report) -> N
     reward = CoverageReward(tasks, "dense", workers, limits, TimeoutPolicy())
     for build in reward.prebuilds:  # builds and reference timings: not part of the call
         build.result()
-    start = time.perf_counter()
+    start, own = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     rewards = reward(completions, task_id=task_ids)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    # CPU the scoring costs the calling process itself (threads launching sandboxes and
+    # reading their results), the part that competes with a decoder in that process
+    scorer_cpu = after.ru_utime - own.ru_utime + after.ru_stime - own.ru_stime
     report.detail("rewards_with_straggler", {
         "completions": len(completions), "workers": workers, "seconds": seconds,
         "simulations_per_s": len(completions) / seconds, "mean_reward": sum(rewards) / len(rewards),
+        "scorer_process_cpu_s": scorer_cpu, "scorer_process_cpu_ms_per_simulation": 1000 * scorer_cpu / len(completions),
         "statuses": reward.calls[-1]["statuses"], "ceiling_s": limits.timeout_s,
         "task_limits_s": {t.id: task_limits(t, ensure_build(t), limits, TimeoutPolicy()).timeout_s for t in tasks},
     })
