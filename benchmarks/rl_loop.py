@@ -384,7 +384,8 @@ def bench_rewards(tasks, copies: int, workers: int, limits, report: Report) -> N
     report.detail("rewards_with_straggler", {
         "completions": len(completions), "workers": workers, "seconds": seconds,
         "simulations_per_s": len(completions) / seconds, "mean_reward": sum(rewards) / len(rewards),
-        "scorer_process_cpu_s": scorer_cpu, "scorer_process_cpu_ms_per_simulation": 1000 * scorer_cpu / len(completions),
+        "scorer_process_cpu_s": scorer_cpu,
+        "scorer_process_cpu_ms_per_simulation": 1000 * scorer_cpu / len(completions),
         "statuses": reward.calls[-1]["statuses"], "ceiling_s": limits.timeout_s,
         "task_limits_s": {t.id: task_limits(t, ensure_build(t), limits, TimeoutPolicy()).timeout_s for t in tasks},
     })
