@@ -265,9 +265,10 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
     rare = model.config.vocab_size - 1
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     decoders = {"step_graph_prefix": lambda: StaticDecoder(model),
-                "step_graph_prefix_compiled": lambda: StaticDecoder(model, compile=True),
                 "step_graph_whole_cache": lambda: StaticDecoder(model, kv_block=None),
                 "step_graph_prefix_no_compaction": lambda: StaticDecoder(model, compact=False)}
+    if device.startswith("cuda"):  # inductor on CPU: slow to build (tests/test_rl_speed.py covers it there)
+        decoders["step_graph_prefix_compiled"] = lambda: StaticDecoder(model, compile=True)
     if baseline is not None:
         decoders["baseline"] = lambda: load_decoder_class(baseline)(model)
     results: dict = {**(report.data["details"].get("decode") or {} if only_cases else {}), "device": device,
@@ -282,6 +283,8 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
     cases = [(f"batch{sizes['batch']}", sizes["batch"], sizes["new_tokens"], [rare], full_rows),
              (f"batch{big}", big, sizes["new_tokens"], [rare], full_rows),
              (f"batch{big}_long", big, sizes["long_tokens"], [rare], full_rows),
+             # a GRPO rollout batch can be larger than an evaluation batch (rl.steps_per_generation)
+             (f"batch{2 * big}", 2 * big, sizes["new_tokens"], [rare], ("step_graph_prefix",)),
              (f"batch{big}_stragglers", big, cap, stragglers,
               ("step_graph_prefix", "step_graph_prefix_no_compaction", "baseline"))]
     # the profile first, before this process captures any graph (after the cases, it has
@@ -565,7 +568,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=["generate", "rewards", "grpo", "sft"],
                         help="sections: generate rewards grpo sft, and decode (the static decoder step by step)")
     parser.add_argument("--decode-cases", nargs="*", default=None,
-                        help="decode section: only the cases ending so (batch64 batch256 long stragglers),\n"
+                        help="decode section: only the cases ending so (batch64 batch256 long batch512 stragglers),\n"
                              "and the kernel profile with `profile`")
     parser.add_argument("--baseline-decoder", type=Path,
                         help="decode section: also time StaticDecoder from this file (another tree's generate.py)")
