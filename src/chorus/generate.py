@@ -340,7 +340,10 @@ class StaticDecoder:
         """Decoder layers run compiled (regional compilation, as nn.Module.compile does,
         undone on exit: training and the prefill see the model as it was)."""
         torch = self.torch
-        layers = self._repeated_layers() if self.compiled else []
+        if not self.compiled:
+            yield
+            return
+        layers = self._repeated_layers()
         previous = [layer._compiled_call_impl for layer in layers]
         for layer in layers:
             if id(layer) not in self._compiled_layers:
