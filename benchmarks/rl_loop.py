@@ -264,10 +264,12 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
     model.eval()
     rare = model.config.vocab_size - 1
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    # compiled variants on GPU only: inductor on CPU is slow to build (tests/test_rl_speed.py covers it there)
+    compiles = device.startswith("cuda")
     decoders = {"step_graph_prefix": lambda: StaticDecoder(model),
                 "step_graph_whole_cache": lambda: StaticDecoder(model, kv_block=None),
                 "step_graph_prefix_no_compaction": lambda: StaticDecoder(model, compact=False)}
-    if device.startswith("cuda"):  # inductor on CPU: slow to build (tests/test_rl_speed.py covers it there)
+    if compiles:
         decoders["step_graph_prefix_compiled"] = lambda: StaticDecoder(model, compile=True)
     if baseline is not None:
         decoders["baseline"] = lambda: load_decoder_class(baseline)(model)
@@ -290,7 +292,7 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
     # the profile first, before this process captures any graph (after the cases, it has
     # failed on the GPU with the CUDA generator in capture mode)
     if not only_cases or "profile" in only_cases:
-        for compiled in (False, True) if device.startswith("cuda") else (False,):  # inductor on CPU: slow to build
+        for compiled in (False, True) if compiles else (False,):
             key = "profile_compiled" if compiled else "profile"
             try:
                 results[key] = profile_decode_step(model, tokenizer, tasks, sizes, rare, pad, compiled=compiled)
@@ -351,9 +353,11 @@ def profile_decode_step(model, tokenizer, tasks, sizes: dict, rare: int, pad: in
                 for e in prof.key_averages()}
 
     prefill, whole = self_ms(1), self_ms(steps + 1)
-    per_step = {name: ((ms - prefill.get(name, (0.0, 0))[0]) / steps, (count - prefill.get(name, (0.0, 0))[1]) / steps)
-                for name, (ms, count) in whole.items()}
-    per_step = {name: (ms, count) for name, (ms, count) in per_step.items() if ms > 0}
+    per_step = {}
+    for name, (ms, count) in whole.items():
+        prefill_ms, prefill_count = prefill.get(name, (0.0, 0))
+        if ms > prefill_ms:
+            per_step[name] = ((ms - prefill_ms) / steps, (count - prefill_count) / steps)
     total = sum(ms for ms, _ in per_step.values())
     top = sorted(per_step.items(), key=lambda item: -item[1][0])[:15]
     return {"batch": sizes["big_batch"], "steps": steps, "compiled": decoder.compiled,

@@ -325,7 +325,7 @@ class StaticDecoder:
         # the KV heads costs (transformers' sdpa does under dynamo; _prefix_sdpa no longer
         # does); not re-measured since. benchmarks/rl_loop.py --only decode measures it.
         self.compiled = compile
-        self._compiled_layers: dict = {}
+        self._compiled_layers: dict = {}  # the repeated layers -> their compiled call, once compiling
 
     def _forward(self, cache, **inputs):
         return self.model(**inputs, **{self.cache_arg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
@@ -343,12 +343,13 @@ class StaticDecoder:
         if not self.compiled:
             yield
             return
-        layers = self._repeated_layers()
+        if not self._compiled_layers:  # the module walk once, not every step
+            self._compiled_layers = {layer: torch.compile(layer._call_impl, dynamic=True)
+                                     for layer in self._repeated_layers()}
+        layers = list(self._compiled_layers)
         previous = [layer._compiled_call_impl for layer in layers]
         for layer in layers:
-            if id(layer) not in self._compiled_layers:
-                self._compiled_layers[id(layer)] = torch.compile(layer._call_impl, dynamic=True)
-            layer._compiled_call_impl = self._compiled_layers[id(layer)]
+            layer._compiled_call_impl = self._compiled_layers[layer]
         # each layer's index (its cache slot) is a constant to dynamo: one graph per layer,
         # all of them past the first from inductor's cache (same code, different inputs)
         limit = max(torch._dynamo.config.recompile_limit, 2 * len(layers) + 8)

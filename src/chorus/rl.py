@@ -152,11 +152,25 @@ class RolloutTimer:
     the rest (log-probs, backward, optimizer)."""
 
     def __init__(self):
-        self.generation_s = 0.0
-        self.rollout_tokens = 0
-        self.rollouts = 0
         self.batches: list[dict] = []  # per rollout batch: seconds, tokens (the first carries the decoder's compile)
         self.step_s: list[float] = []
+
+    @property
+    def generation_s(self) -> float:
+        return sum(b["s"] for b in self.batches)
+
+    @property
+    def rollout_tokens(self) -> int:
+        return sum(b["tokens"] for b in self.batches)
+
+    @property
+    def rollouts(self) -> int:
+        return sum(b["rows"] for b in self.batches)
+
+    def tokens_per_s(self, skip: int = 0) -> float | None:
+        """Rollout tokens per second of generation, over the batches after the first `skip`."""
+        seconds = sum(b["s"] for b in self.batches[skip:])
+        return sum(b["tokens"] for b in self.batches[skip:]) / seconds if seconds else None
 
     def wrap(self, trainer) -> None:
         generate = getattr(trainer, "_generate_single_turn", None)
@@ -166,11 +180,8 @@ class RolloutTimer:
         def timed(*args, **kwargs):
             start = time.perf_counter()
             completion_ids, logprobs = generate(*args, **kwargs)
-            seconds, tokens = time.perf_counter() - start, sum(len(ids) for ids in completion_ids)
-            self.generation_s += seconds
-            self.rollout_tokens += tokens
-            self.rollouts += len(completion_ids)
-            self.batches.append({"s": round(seconds, 3), "tokens": tokens, "rows": len(completion_ids)})
+            self.batches.append({"s": time.perf_counter() - start, "tokens": sum(len(ids) for ids in completion_ids),
+                                 "rows": len(completion_ids)})
             return completion_ids, logprobs
 
         trainer._generate_single_turn = timed
@@ -321,12 +332,10 @@ def train_expert(
             "reward_wait_fraction": reward_wall / steps_s if steps_s else None,
             "rollouts": timer.rollouts,
             "rollout_tokens": timer.rollout_tokens,
-            "rollout_tokens_per_s": timer.rollout_tokens / timer.generation_s if timer.generation_s else None,
+            "rollout_tokens_per_s": timer.tokens_per_s(),
             "rollout_batches": timer.batches,
             # steady state: the batches after the first, which holds one-off costs (compiles)
-            "rollout_tokens_per_s_after_first": (
-                sum(b["tokens"] for b in timer.batches[1:]) / sum(b["s"] for b in timer.batches[1:])
-                if len(timer.batches) > 1 else None),
+            "rollout_tokens_per_s_after_first": timer.tokens_per_s(skip=1),
             "simulations": sum(c["n"] for c in coverage.calls),
             "simulations_started_early": sum(c["started_early"] for c in coverage.calls),
             "simulations_per_s": (sum(c["n"] for c in coverage.calls) / simulating_s if simulating_s else None),
