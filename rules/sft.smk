@@ -2,6 +2,29 @@
 # model) on its own data mix. Every stage's checkpoint is an output and an expert seed.
 
 
+rule sft_data:
+    input:
+        manifest=rules.prepare_tasks.output.manifest,
+        # SFT learns the tasks' reference stimuli: only once the preflight has scored
+        # them as passing here (ancient: re-running it rebuilds no data)
+        preflight=ancient(rules.preflight.output.report),
+    output:
+        data=f"{RESULTS}/data/sft/{{stage}}.jsonl",
+    log:
+        f"{RESULTS}/logs/sft_data/{{stage}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/sft_data/{{stage}}.tsv"
+    conda:
+        "../envs/chorus.yaml"
+    threads: PLAN.threads("light_job")
+    resources:
+        **PLAN.resources("light_job"),
+    params:
+        mix=lambda wc: PLAN.stage(wc.stage)["mix"],
+    script:
+        "../scripts/sft_data.py"
+
+
 rule sft:
     input:
         model=sft_input_model,

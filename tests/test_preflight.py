@@ -58,7 +58,7 @@ def test_the_workflow_stops_before_scoring_and_rl_on_a_failed_preflight(tmp_path
     path = write_config(tmp_path / "config.yaml", config)
     args = ["--cores", "2", "--directory", str(tmp_path), "--configfile", str(path)]
     plan = run_snakemake(["-n", *args])
-    # every scoring and RL job waits for the preflight
+    # every scoring, RL and SFT data job waits for the preflight
     assert "rule preflight" in plan.stdout + plan.stderr
     proc = run_snakemake(args, check=False)
     output = proc.stdout + proc.stderr
@@ -66,7 +66,7 @@ def test_the_workflow_stops_before_scoring_and_rl_on_a_failed_preflight(tmp_path
     assert "Error in rule preflight" in output
     assert "task fx_counter: reference stimulus should pass, got status below_target" in output
     assert output.count("preflight failed:") == 1  # one message, not one per job
-    for rule in ("score_shard", "rl", "consolidate_rl", "generate"):
+    for rule in ("score_shard", "rl", "consolidate_rl", "generate", "sft_data", "sft"):
         assert f"rule {rule}:" not in output and f"localrule {rule}:" not in output, rule
     for pool in POOLS:
         assert not list((tmp_path / "results" / pool).glob("*/*/scores/*")), pool
