@@ -399,9 +399,11 @@ def bench_rewards(tasks, copies: int, workers: int, limits, report: Report) -> N
 
 
 def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device: str, root: Path,
-               backends: list[str], deadline: float, report: Report, late: bool = False) -> None:
+               backends: list[str], deadline: float, report: Report, late: bool = False,
+               compile_rollouts: bool = False) -> None:
     """One GRPO expert per rollout backend, end to end, with the step breakdown; `late`:
-    each backend again with the rewards simulated only after the whole batch."""
+    each backend again with the rewards simulated only after the whole batch;
+    `compile_rollouts`: the static decoder's steps compiled (train_expert rollout_compile)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from chorus.harness import prebuild
@@ -417,10 +419,12 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
     per_generation = sizes.get("steps_per_generation") or 1
     # runs at other batch sizes stay in the file
     section = f"grpo_batch{per_step}" + (f"x{per_generation}" if per_generation > 1 else "")
-    # "<backend>": rewards simulated as rollouts are decoded; "<backend>_late": after the batch
-    variants = [(backend, True) for backend in backends] + [(f"{b}_late", False) for b in backends if late]
-    for name, early in variants:
-        backend = name.removesuffix("_late")
+    # "<backend>": rewards simulated as rollouts are decoded; "<backend>_late": after the batch;
+    # settings other than the defaults name themselves (e.g. static_compiled_nice10)
+    suffix = ("_compiled" if compile_rollouts else "") + (f"_nice{limits.nice}" if limits.nice else "")
+    variants = ([(backend + suffix, backend, True) for backend in backends]
+                + [(f"{backend}{suffix}_late", backend, False) for backend in backends if late])
+    for name, backend, early in variants:
         if time.perf_counter() > deadline:
             runs[name] = {"error": "skipped: out of the section's time budget"}
             continue
@@ -431,13 +435,15 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
                 max_completion_length=sizes["completion_len"], sim_workers=workers, sim_limits=limits,
                 sim_timeouts=TimeoutPolicy(), rollout_backend=backend, device=device, use_cpu=device == "cpu",
                 save_steps=10_000, early_rewards=early, steps_per_generation=sizes.get("steps_per_generation"),
+                rollout_compile=compile_rollouts,
             )
             runs[name] = {"steps": metrics["steps"], "runtime_s": metrics["runtime_s"],
                              "rollout_backend": metrics["rollout_backend"], **metrics["breakdown"],
                              "statuses": [c["statuses"] for c in metrics["reward_calls"]],
                              "reward_wait_per_call_s": [round(c["wall_s"], 3) for c in metrics["reward_calls"]],
                              "completions_per_step": per_step, "rollout_batch": per_step * per_generation,
-                             "sim_workers": workers}
+                             "sim_workers": workers, "sim_nice": limits.nice,
+                             "rollout_compile": metrics["rollout_compile"]}
         except Exception as err:
             runs[name] = {"error": repr(err)[:1500]}
         report.detail(section, runs)
@@ -586,6 +592,10 @@ def main() -> None:
                         help="optimizer steps per rollout batch (rl.steps_per_generation; default one)")
     parser.add_argument("--sim-workers", type=int, default=None,
                         help="simulation sandboxes (default: the cores less one, less 4 more while SFT compiles)")
+    parser.add_argument("--sim-nice", type=int, default=0,
+                        help="niceness of the simulations (config simulation.nice; the GRPO run's name gets _nice<N>)")
+    parser.add_argument("--grpo-compile", action="store_true",
+                        help="GRPO's static rollouts with the decode steps compiled (the run's name gets _compiled)")
     parser.add_argument("--grpo-late", action="store_true",
                         help="also run each backend with rewards simulated after the whole batch (<backend>_late)")
     # internal: one SFT job in a fresh process
@@ -639,7 +649,7 @@ def main() -> None:
     data = sft_data(tasks, root)
     background = (SftRun(model_dir, data, root, "compiled", sizes["sft_steps"], device, root / "inductor",
                          cpus=compile_cpus) if device == "cuda" and "sft" in args.only else None)
-    limits = SandboxLimits(timeout_s=10 if args.smoke else 60, guard=args.guard)  # the ceiling
+    limits = SandboxLimits(timeout_s=10 if args.smoke else 60, guard=args.guard, nice=args.sim_nice)  # the ceiling
     easy_first = sorted(tasks, key=lambda t: ("easy", "medium", "hard").index(t.difficulty))
     grpo_tasks = easy_first[: sizes["grpo_tasks"]]
     sections = {
@@ -648,7 +658,8 @@ def main() -> None:
         "generate": lambda: bench_generation(model_dir, tasks, sizes, device, start + 0.35 * args.budget_s, report),
         "rewards": lambda: bench_rewards(grpo_tasks, sizes["reward_copies"], workers, limits, report),
         "grpo": lambda: bench_grpo(model_dir, grpo_tasks, sizes, workers, limits, device, root, args.grpo_backends,
-                                   start + 0.7 * args.budget_s, report, late=args.grpo_late),
+                                   start + 0.7 * args.budget_s, report, late=args.grpo_late,
+                                   compile_rollouts=args.grpo_compile),
         "sft": lambda: bench_sft(model_dir, data, sizes, device, root, deadline, background, report),
     }
     for name, section in sections.items():

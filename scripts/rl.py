@@ -7,7 +7,8 @@ from chorus.plan import Plan
 
 with script_logging(snakemake):
     # settings that change no result: from the config, not params (editing them re-runs nothing)
-    untracked = Plan(snakemake.config).untracked_settings("rl")
+    plan = Plan(snakemake.config)
+    untracked = plan.untracked_settings("rl")
     launch_training(
         "chorus.rl:train_expert_job",
         dict(
@@ -15,7 +16,7 @@ with script_logging(snakemake):
             manifest=snakemake.input.manifest,
             out_dir=snakemake.output.model,
             expert={**snakemake.params.expert, "save_steps": untracked["save_steps"]},
-            simulation=snakemake.params.simulation,
+            simulation=plan.simulation_settings(snakemake.params.simulation),
             job_cpus=snakemake.threads,
         ),
         {**snakemake.params.launch, "compile_cache": untracked["compile_cache"]},

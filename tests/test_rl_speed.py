@@ -360,12 +360,13 @@ def test_grpo_rollouts_through_fast_backends_with_breakdown(base, tmp_path, back
 def test_one_rollout_batch_serves_several_steps(base, tmp_path):
     """rl.steps_per_generation: two optimizer steps learn from one rollout batch of twice
     the step's completions, sampled and simulated in one go; the batch needs two prompts
-    and there is one task: it is drawn twice (TRL would otherwise train no step at all)."""
+    and there is one task: it is drawn twice (TRL would otherwise train no step at all).
+    The rollouts' decode steps run compiled (rollout_compile: CPU inductor here)."""
     tasks = [t for t in TRAIN if t.difficulty == "easy"][:1]
     metrics = train_expert(base, tasks, tmp_path / "expert", steps=2, num_generations=2, batch_size=2,
                            steps_per_generation=2, max_completion_length=8, sim_workers=2, use_cpu=True,
-                           rollout_backend="static", sim_timeouts=TimeoutPolicy())
-    assert metrics["steps"] == 2
+                           rollout_backend="static", sim_timeouts=TimeoutPolicy(), rollout_compile=True)
+    assert metrics["steps"] == 2 and metrics["rollout_compile"] is True
     assert [call["n"] for call in metrics["reward_calls"]] == [4]
     assert metrics["breakdown"]["rollouts"] == 4
 
@@ -494,7 +495,9 @@ def test_auto_compiles_kernels_only_for_jobs_that_pay(base, tmp_path):
 def test_rl_loop_benchmark_smoke(tmp_path):
     out = tmp_path / "rl_loop.json"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    command = [sys.executable, str(REPO / "benchmarks" / "rl_loop.py"), "--smoke", "--grpo-late", "--out", str(out),
+    # simulations niced: the run names itself so (static_nice3) and records it
+    command = [sys.executable, str(REPO / "benchmarks" / "rl_loop.py"), "--smoke", "--grpo-late", "--sim-nice", "3",
+               "--out", str(out),
                "--only", "decode", "generate", "rewards", "grpo", "sft",
                "--baseline-decoder", str(REPO / "src" / "chorus" / "generate.py")]
     proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
@@ -511,9 +514,11 @@ def test_rl_loop_benchmark_smoke(tmp_path):
     profile = decode["profile"]  # a decode step's time by operator (CPU here), the prefill subtracted
     assert profile["ms_per_step"] > 0 and profile["top"], profile
     assert sum(entry["share"] for entry in profile["top"]) <= 1 + 1e-9
-    assert result["details"]["grpo_best"] == "grpo_batch4/static"
-    assert result["rollout_tokens_per_s"] == result["details"]["grpo_batch4"]["static"]["rollout_tokens_per_s"]
+    assert result["details"]["grpo_best"] == "grpo_batch4/static_nice3"
     runs = result["details"]["grpo_batch4"]
-    assert runs["static"]["simulations_started_early"] >= 1 and runs["static_late"]["simulations_started_early"] == 0
+    assert result["rollout_tokens_per_s"] == runs["static_nice3"]["rollout_tokens_per_s"]
+    assert runs["static_nice3"]["simulations_started_early"] >= 1
+    assert runs["static_nice3_late"]["simulations_started_early"] == 0
+    assert runs["static_nice3"]["sim_nice"] == 3 and runs["static_nice3"]["rollout_compile"] is False
     assert result["details"]["generate"]["continuous"]["tokens_per_s"] > 0
     assert result["details"]["generate"]["generate"]["tokens_per_s"] > 0

@@ -575,3 +575,12 @@ def test_a_root_scorer_never_runs_a_candidate_as_root(task, cache, monkeypatch):
     result = score(task, task.reference_stimulus.read_text(), cache_dir=cache)
     assert result.status == "sandbox_error" and result.score == 0
     assert "refusing to run a candidate as root" in result.detail
+
+
+def test_simulations_run_at_the_niceness_asked_for(task, cache):
+    """`simulation.nice` reaches every process of the run (the candidate's included), and
+    the default leaves the scorer's own niceness."""
+    body = "    raise ValueError(f'niceness {os.getpriority(os.PRIO_PROCESS, 0)}')\n"
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert f"niceness {own}" in run(task, cache, body).detail
+    assert f"niceness {max(own, 7)}" in run(task, cache, body, nice=7).detail

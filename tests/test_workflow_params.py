@@ -1,6 +1,7 @@
-"""Settings that change no result (shards, checkpoint interval, compile cache, report
-options, job sizes and threads) must not re-run training or generation; settings that do
-change results must. The rules' params hold only the latter (chorus.plan.Plan).
+"""Settings that change no result (shards, simulation niceness, checkpoint interval,
+compile cache, report options, job sizes and threads) must not re-run training or
+generation; settings that do change results must. The rules' params hold only the
+latter (chorus.plan.Plan).
 
 A finished run is stood in for by `snakemake --touch` over placeholder outputs: Snakemake
 then records every job's params as if it had run, which is what its params trigger
@@ -54,6 +55,7 @@ def finished(tmp_path_factory):
     "change",
     [
         lambda c: c["simulation"].update(shards=3),
+        lambda c: c["simulation"].update(nice=5),
         lambda c: c["sft"].update(save_steps=7),
         lambda c: c["rl"].update(save_steps=7),
         lambda c: c.update(compile_cache="/elsewhere/cache"),
@@ -61,7 +63,7 @@ def finished(tmp_path_factory):
         lambda c: c["resources"]["gpu_job"].update(mem_mb=9999, partition="gpu"),
         lambda c: [c["resources"][job].update(cpus=3) for job in ("gpu_job", "rl_job", "sim_job", "light_job")],
     ],
-    ids=["shards", "sft.save_steps", "rl.save_steps", "compile_cache", "pass_at", "resources", "threads"],
+    ids=["shards", "simulation.nice", "sft.save_steps", "rl.save_steps", "compile_cache", "pass_at", "resources", "threads"],
 )
 def test_settings_without_effect_on_results_rerun_no_training(finished, change):
     workdir, config = finished

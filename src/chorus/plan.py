@@ -341,10 +341,15 @@ class Plan:
 
     def sandbox_limits(self) -> dict:
         """The per-candidate simulation limits, per-task timeouts included (they can
-        change a score); simulation.shards only splits the work and is no param of the
-        training or generation rules."""
+        change a score); simulation.shards only splits the work and simulation.nice only
+        schedules it: no params of the training or generation rules (simulation_settings)."""
         keys = ("timeout_s", "mem_mb", "build_timeout_s", "timeout_factor", "timeout_floor_s")
         return {k: self.config["simulation"][k] for k in keys}
+
+    def simulation_settings(self, limits: dict) -> dict:
+        """A job's simulation settings: `limits` (its params, sandbox_limits) and, read from
+        the config at run time, the niceness (scheduling only: editing it re-runs nothing)."""
+        return {**limits, "nice": self.config["simulation"]["nice"]}
 
     def sampling(self) -> dict:
         """Generation settings of the pools (pass_at, include_base: report only); the batch

@@ -105,14 +105,16 @@ def start_rewards_early(trainer, coverage: CoverageReward):
     return on_finished
 
 
-def static_rollouts(trainer, on_finished=None):
+def static_rollouts(trainer, on_finished=None, compile: bool = False):
     """Replace the trainer's rollout hook (TRL's `_generate_single_turn`, on the instance)
     by chorus.generate.StaticDecoder: static KV cache, decode step replayed from a CUDA
     graph. Same contract as TRL's plain `generate` path: completion ids up to and
     including the first EOS, no log-probs. Sampling follows the trainer's temperature and
     top_p (top_k, min_p and repetition penalty are not applied). One process per model copy
     (DDP ranks are fine; not DeepSpeed ZeRO-3, whose weights are sharded). `on_finished`:
-    StaticDecoder's hook for rows that stop early (start_rewards_early)."""
+    StaticDecoder's hook for rows that stop early (start_rewards_early); `compile`:
+    StaticDecoder's (decode steps through torch.compile). Returns the decoders, one per
+    model copy, made as rollouts need them."""
     import torch
 
     from chorus.generate import StaticDecoder
@@ -124,7 +126,7 @@ def static_rollouts(trainer, on_finished=None):
     def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         model = trainer.accelerator.unwrap_model(trainer.model)
         if id(model) not in decoders:
-            decoders[id(model)] = StaticDecoder(model)
+            decoders[id(model)] = StaticDecoder(model, compile=compile)
         decoder = decoders[id(model)]
         width = max(len(ids) for ids in prompt_ids)
         input_ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
@@ -144,6 +146,7 @@ def static_rollouts(trainer, on_finished=None):
         return [row[: int(n)].tolist() for row, n in zip(tokens, lengths)], None
 
     trainer._generate_single_turn = generate
+    return decoders
 
 
 class RolloutTimer:
@@ -231,6 +234,7 @@ def train_expert(
     rollout_backend: str = "auto",
     sim_timeouts: TimeoutPolicy | None = None,
     early_rewards: bool = True,
+    rollout_compile: bool = False,
     extra_args: dict | None = None,
 ) -> dict:
     """GRPO from `model_in` on `tasks`; the expert lands in `out_dir` atomically with
@@ -242,7 +246,8 @@ def train_expert(
     the larger batch a small model needs to decode fast on a GPU (the later steps of a
     batch learn slightly off-policy, within TRL's clipped ratio). `rollout_backend`: see
     rollout_settings; `sim_timeouts`: per-task simulation limits (chorus.harness.timeouts);
-    `early_rewards`: simulate each rollout as soon as it is decoded (start_rewards_early).
+    `early_rewards`: simulate each rollout as soon as it is decoded (start_rewards_early);
+    `rollout_compile`: the static backend's decode steps compiled (StaticDecoder `compile`).
     The metrics break the run down into generation, reward wait and the rest (log-probs,
     backward, optimizer), with rollout tokens/s and simulations/s. `extra_args` go to
     GRPOConfig as they are."""
@@ -300,8 +305,7 @@ def train_expert(
         callbacks=[stage_callback()],
     )
     on_finished = start_rewards_early(trainer, coverage) if early_rewards else None
-    if rollout_backend == "static":
-        static_rollouts(trainer, on_finished)
+    decoders = static_rollouts(trainer, on_finished, compile=rollout_compile) if rollout_backend == "static" else {}
     timer = RolloutTimer()
     timer.wrap(trainer)
     trainer.add_callback(timer.callback())
@@ -323,6 +327,8 @@ def train_expert(
         "reward_wall_s": reward_wall,
         "reward_time_fraction": reward_wall / runtime if runtime else None,
         "rollout_backend": rollout_backend,
+        # compiled decode steps in effect (a failed compile falls back to uncompiled ones)
+        "rollout_compile": bool(decoders) and all(decoder.compiled for decoder in decoders.values()),
         "breakdown": {
             "steps_s": steps_s,
             "generation_s": timer.generation_s,

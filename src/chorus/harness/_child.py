@@ -285,6 +285,8 @@ def _set_limits(limits: dict) -> None:
         (resource.RLIMIT_CORE, 0),
     ):
         resource.setrlimit(name, (value, value))
+    # raised only: an unprivileged process may not lower its niceness
+    os.setpriority(os.PRIO_PROCESS, 0, max(os.getpriority(os.PRIO_PROCESS, 0), limits.get("nice", 0)))
 
 
 def _die_with_parent(parent_alive) -> None:

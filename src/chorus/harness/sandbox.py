@@ -93,6 +93,9 @@ class SandboxLimits:
     drop_privileges: bool = True
     guard: bool = True  # audit-hook guard inside the simulator's Python (guard/)
     build_timeout_s: float = 300.0  # a SystemVerilog testbench's compile (harness/svtb.py)
+    # at least this niceness for every process of the run: beside a GPU trainer (the RL
+    # reward) the simulations then yield a contended core to the process feeding the GPU
+    nice: int = 0
 
 
 # -- uid slots ---------------------------------------------------------------------------
@@ -527,6 +530,7 @@ def run_confined(
             "nproc": limits.nproc,
             "fsize_mb": limits.fsize_mb,
             "nofile": limits.nofile,
+            "nice": limits.nice,
         },
     }
     job_path = outputs.path(JOB_NAME)  # root's, 0600: read by the child before the drop

@@ -55,6 +55,7 @@ def sandbox_settings(simulation: dict) -> tuple[SandboxLimits, TimeoutPolicy | N
         timeout_s=simulation["timeout_s"],
         mem_mb=simulation["mem_mb"],
         build_timeout_s=simulation.get("build_timeout_s", SandboxLimits.build_timeout_s),
+        nice=simulation.get("nice", SandboxLimits.nice),
     )
     return limits, TimeoutPolicy.from_config(simulation)
 
