@@ -138,6 +138,28 @@ def time_decoder(decoder, inputs, new: int, stops: list[int], pad: int) -> dict:
             "ms_per_step": 1000 * times[1] / new}
 
 
+class SlotsOf:
+    """A StaticDecoder decoding `slots` rows at a time: `refill` in one call (a slot takes
+    the next row as its row ends), else in calls of `slots` rows one after another (each
+    waits for its longest row: the evaluation sampler before refilling)."""
+
+    def __init__(self, decoder, slots: int, refill: bool):
+        self.decoder, self.slots, self.refill = decoder, slots, refill
+
+    @property
+    def use_graph(self) -> bool:
+        return self.decoder.use_graph
+
+    def generate(self, input_ids, attention_mask, **kwargs):
+        import torch
+
+        if self.refill:
+            return self.decoder.generate(input_ids, attention_mask, slots=self.slots, **kwargs)
+        calls = [self.decoder.generate(input_ids[first : first + self.slots], attention_mask[first : first + self.slots],
+                                       **kwargs) for first in range(0, len(input_ids), self.slots)]
+        return None, torch.cat([lengths for _, lengths in calls])
+
+
 def sync():
     import torch
 
@@ -254,8 +276,10 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
     and ms per decode step at batch `batch` and `big_batch` with `new_tokens` new tokens,
     and at `big_batch` with `long_tokens` (the evaluation's cap), for this tree's decoder
     (one graph per step, attention over the filled cache prefix), the same over the whole
-    cache (kv_block None), and with `baseline` an earlier tree's StaticDecoder; then where
-    a step's time goes (profile_decode_step). `only_cases`: the
+    cache (kv_block None), and with `baseline` an earlier tree's StaticDecoder; rows of
+    uneven lengths (stragglers) with and without compaction, and twice `big_batch` of them
+    through `big_batch` slots, refilled as rows end vs in two calls; where a step's time
+    goes (profile_decode_step). `only_cases`: the
     cases whose names end so (e.g. stragglers); earlier figures of the others stay."""
     from chorus.generate import StaticDecoder
     from chorus.modeling import load_model_and_tokenizer
@@ -273,6 +297,9 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
         decoders["step_graph_prefix_compiled"] = lambda: StaticDecoder(model, compile=True)
     if baseline is not None:
         decoders["baseline"] = lambda: load_decoder_class(baseline)(model)
+    big = sizes["big_batch"]
+    decoders[f"slots{big}_calls"] = lambda: SlotsOf(StaticDecoder(model), big, refill=False)
+    decoders[f"slots{big}_refill"] = lambda: SlotsOf(StaticDecoder(model), big, refill=True)
     results: dict = {**(report.data["details"].get("decode") or {} if only_cases else {}), "device": device,
                      "prompt_tokens": sizes["prompt_tokens"], "baseline": str(baseline) if baseline else None}
 
@@ -280,7 +307,7 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
     # uniformly): lengths roughly geometric, mean ~400, capped at GRPO's completion length
     vocab = model.config.vocab_size
     stragglers = list(range(vocab - vocab // 400, vocab))
-    big, cap = sizes["big_batch"], sizes["completion_len"]
+    cap = sizes["completion_len"]
     full_rows = ("step_graph_prefix", "step_graph_prefix_compiled", "step_graph_whole_cache", "baseline")
     cases = [(f"batch{sizes['batch']}", sizes["batch"], sizes["new_tokens"], [rare], full_rows),
              (f"batch{big}", big, sizes["new_tokens"], [rare], full_rows),
@@ -288,7 +315,9 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
              # a GRPO rollout batch can be larger than an evaluation batch (rl.steps_per_generation)
              (f"batch{2 * big}", 2 * big, sizes["new_tokens"], [rare], ("step_graph_prefix",)),
              (f"batch{big}_stragglers", big, cap, stragglers,
-              ("step_graph_prefix", "step_graph_prefix_no_compaction", "baseline"))]
+              ("step_graph_prefix", "step_graph_prefix_no_compaction", "baseline")),
+             # twice the rows through `big` slots: refilled as rows end vs two calls
+             (f"batch{2 * big}_stragglers", 2 * big, cap, stragglers, (f"slots{big}_calls", f"slots{big}_refill"))]
     # the profile first, before this process captures any graph (after the cases, it has
     # failed on the GPU with the CUDA generator in capture mode)
     if not only_cases or "profile" in only_cases:

@@ -95,12 +95,13 @@ def test_auto_rollout_backend_avoids_the_static_decoder_under_deepspeed():
 def test_fast_samplers_match_generate_under_greedy_decoding(base, tmp_path, sampler):
     """The same completions as `generate` (greedy; one prompt at a time, so no padding
     changes the arithmetic), k rows per task, in order; the static decoder batched
-    (left-padded prompts of different lengths) too."""
+    (left-padded prompts of different lengths) too, with 4 slots for the 6 rows (a slot
+    takes the next row as its row ends)."""
     tasks = TRAIN[:3]
     plain = sample_completions(base, tasks, 2, tmp_path / "plain.jsonl", temperature=0, max_new_tokens=12,
                                device="cpu", batch_size=1, sampler="generate")
     fast = sample_completions(base, tasks, 2, tmp_path / "fast.jsonl", temperature=0, max_new_tokens=12,
-                              device="cpu", sampler=sampler)
+                              device="cpu", sampler=sampler, batch_size=4)
     assert (plain["sampler"], fast["sampler"]) == ("generate", sampler)
     rows_plain, rows_fast = read_jsonl(tmp_path / "plain.jsonl"), read_jsonl(tmp_path / "fast.jsonl")
     assert [(r["task_id"], r["sample_id"]) for r in rows_fast] == [(t.id, i) for t in tasks for i in range(2)]
@@ -198,6 +199,50 @@ def test_static_decoder_drops_finished_rows_from_the_batch(base, monkeypatch):
     assert batch_sizes[0] == 6 and min(batch_sizes) <= 3  # the later steps ran on the live rows
     assert sorted(heard) == list(range(6))
     assert all(heard[row] == [tokens[row, : int(lengths[row])].tolist()] for row in range(6))
+
+
+def test_static_decoder_refills_slots_as_rows_end(base, monkeypatch):
+    """With fewer slots than rows, a slot whose row has ended takes the next waiting row:
+    every row gets the tokens it gets when all rows decode at once (greedy), in the
+    caller's order, and on_finished hears of each row once; no forward runs more rows than
+    the slots; the rows take fewer decode steps than chunks of that many rows one after
+    another, which wait for their longest row."""
+    from chorus.generate import StaticDecoder
+
+    model, tokenizer, inputs, _ = static_decoder_on_prompts(base, TRAIN[:6])
+    decoder = StaticDecoder(model)
+    decoder.CHECK_EVERY = 4
+    run = dict(max_new_tokens=40, temperature=0, pad_id=tokenizer.pad_token_id)
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    rows = decoder.generate(ids, mask, **run)[0].tolist()
+    # a stop token that some rows draw early and some row never draws: rows of uneven lengths
+    stop = max((t for t in set(sum(rows, [])) if any(t not in r for r in rows)),
+               key=lambda t: sum(t in r[:12] for r in rows))
+    expected, expected_lengths = decoder.generate(ids, mask, stop_ids=[stop], **run)
+    assert len(set(expected_lengths.tolist())) > 2
+    shapes = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda *a, **kw: shapes.append(tuple(kw["input_ids"].shape)) or forward(
+        *a, **kw))
+    heard: dict = {}
+    tokens, lengths = decoder.generate(ids, mask, stop_ids=[stop], **run, slots=2,
+                                       on_finished=lambda row, ids: heard.setdefault(row, []).append(ids))
+    assert tokens.tolist() == expected.tolist() and lengths.tolist() == expected_lengths.tolist()
+    assert sorted(heard) == list(range(6))
+    assert all(heard[row] == [tokens[row, : int(lengths[row])].tolist()] for row in range(6))
+    assert max(rows for rows, _ in shapes) <= 2
+    assert sum(width > 1 for _, width in shapes) >= 3  # prefills: the first two rows, then one per freed slot
+    refilled_steps = sum(width == 1 for _, width in shapes)
+    shapes.clear()
+    for first in range(0, 6, 2):
+        decoder.generate(ids[first : first + 2], mask[first : first + 2], stop_ids=[stop], **run)
+    assert refilled_steps < sum(width == 1 for _, width in shapes)
+    # refilled, then compacted once no row waits: the same tokens
+    decoder.COMPACT_MIN_ROWS = 2
+    shapes.clear()
+    tokens, lengths = decoder.generate(ids, mask, stop_ids=[stop], **run, slots=4)
+    assert tokens.tolist() == expected.tolist() and lengths.tolist() == expected_lengths.tolist()
+    assert {rows for rows, width in shapes if width == 1} >= {4, 2}
 
 
 def test_decode_attention_attends_per_kv_head(monkeypatch):
@@ -511,6 +556,8 @@ def test_rl_loop_benchmark_smoke(tmp_path):
         assert decode[f"{case}/step_graph_prefix"]["speedup_vs_baseline"] > 0
         assert decode[f"{case}/baseline"]["tokens_per_s"] > 0, decode[f"{case}/baseline"]
     assert decode["batch8_stragglers/step_graph_prefix_no_compaction"]["tokens_per_s"] > 0
+    for slots in ("calls", "refill"):  # 16 straggler rows through 8 slots
+        assert decode[f"batch16_stragglers/slots8_{slots}"]["new_tokens"] > 0
     profile = decode["profile"]  # a decode step's time by operator (CPU here), the prefill subtracted
     assert profile["ms_per_step"] > 0 and profile["top"], profile
     assert sum(entry["share"] for entry in profile["top"]) <= 1 + 1e-9

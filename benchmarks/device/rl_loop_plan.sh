@@ -45,9 +45,10 @@ step sft 240 python3 benchmarks/sft_synth_pass1.py --model /root/smollm2-135m --
 # rollout batches of 512 (4 tasks x 8 completions x 16 steps), then the simulations niced
 step grpo512 150 "${GRPO[@]}" --grpo-steps-per-generation 16
 step grpo512_nice10 150 "${GRPO[@]}" --grpo-steps-per-generation 16 --sim-nice 10
-# the compiled decode steps with _prefix_sdpa's GQA packing, 512 rows, where a step goes
-step decode 480 python3 benchmarks/rl_loop.py --only decode --decode-cases profile batch256 batch512 \
-  --budget-s 900 --out "$RESULT"
+# the compiled decode steps with _prefix_sdpa's GQA packing, 512 rows, uneven rows (refilled
+# slots vs calls one after another), where a step goes
+step decode 540 python3 benchmarks/rl_loop.py --only decode --decode-cases profile batch256 batch512 stragglers \
+  --budget-s 1000 --out "$RESULT"
 step grpo512_compiled_nice10 300 "${GRPO[@]}" --grpo-steps-per-generation 16 --sim-nice 10 --grpo-compile
 # the batch of the 14.5k tokens/s figure (simulations at nice 0), niced
 step grpo256_nice10 150 "${GRPO[@]}" --grpo-steps-per-generation 8 --sim-nice 10

@@ -16,6 +16,7 @@ import contextlib
 import inspect
 import logging
 import time
+import types
 import zlib
 from pathlib import Path
 
@@ -59,7 +60,9 @@ def sample_completions(
     (bfloat16) when available, else cpu (float32).
     sampler: auto | generate | continuous | static | vllm (see resolve_sampler; `static`:
     StaticDecoder, a static KV cache whose decode step is replayed from a CUDA graph on a
-    GPU, `batch_size` prompts at a time, default 128 on cuda); `continuous` draws
+    GPU, `batch_size` rows at a time (default 128 on cuda), a slot taking the next pending
+    row as its row ends, STATIC_ROWS_PER_SLOT x `batch_size` rows per call, each call
+    seeded like a batch); `continuous` draws
     `batch_size` requests per engine call (default 1024 on cuda, 16 on cpu) and seeds each
     call like a `generate` batch, so it resumes and repeats the same way."""
     out_jsonl = Path(out_jsonl)
@@ -285,19 +288,21 @@ class StaticDecoder:
     a 135M model at batch 64 on an H200: thousands of kernel launches and Python). One
     graph replays a whole step: the forward, the sampling (temperature, top-p, and the
     draw as an exponential race, draw_tokens) and the bookkeeping (the token written to
-    the output, rows that hit a stop id marked done, the next key slot made valid).
-    Everything a step reads and writes lives in fixed buffers updated in place, including
-    the count of tokens written (a device tensor), so replays need nothing from the host
-    but the step's random numbers, drawn into a buffer before each replay (no random op
-    in the graph: a failed capture cannot leave the generator in capture mode); the cache
-    advances its own position counter on the device. Attention reads only the cache's
-    filled prefix, rounded up to `kv_block` slots (one graph per prefix length, captured
-    when decoding reaches it), so a step's cost follows the sequence so far rather than
-    prompt + max_new_tokens (`kv_block=None`: the whole cache every step). Finished rows
-    would otherwise decode padding until the longest row ends: when at most half the rows
-    are still live (`compact`), the finished ones leave the batch (their tokens kept
-    aside) and the state and cache shrink to the live rows, whose steps get graphs of the
-    smaller size. The first `WARMUP` decode steps of a batch size run eagerly on a side
+    the output, rows that hit a stop id or their last token marked done, the next key
+    slot made valid). Everything a step reads and writes lives in fixed buffers updated
+    in place, including each row's token count and next cache slot (device tensors: a
+    row writes its keys at its own position), so replays need nothing from the host but
+    the step's random numbers, drawn into a buffer before each replay (no random op in the
+    graph: a failed capture cannot leave the generator in capture mode). Attention reads
+    only the cache's filled prefix, rounded up to `kv_block` slots (one graph per prefix
+    length, captured when decoding reaches it), so a step's cost follows the sequence so
+    far rather than prompt + max_new_tokens (`kv_block=None`: the whole cache every step).
+    Finished rows would otherwise decode padding until the longest row ends: with fewer
+    `slots` than rows, the host looks every CHECK_EVERY steps, and a row that has ended
+    gives its slot to the next waiting row (prefilled on its own, its keys copied into the
+    slot); once no row waits and at most half the rows are live (`compact`), the finished
+    ones leave the batch and the state and cache shrink to the live rows, whose steps get
+    graphs of the smaller size. The first `WARMUP` decode steps of a batch size run eagerly on a side
     stream (they are real steps) before its first capture. `compile`: decode steps run the
     model's decoder layers through torch.compile (off by default, see __init__)."""
 
@@ -368,121 +373,201 @@ class StaticDecoder:
         return min(max_len, -(-slots // kv_block) * kv_block)
 
     def generate(self, input_ids, attention_mask, *, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float | None = None, stop_ids=(), pad_id: int = 0, on_finished=None):
+                 top_p: float | None = None, stop_ids=(), pad_id: int = 0, on_finished=None,
+                 slots: int | None = None):
         """New tokens [batch, <= max_new_tokens] for left-padded prompts; after a stop id a
         row holds `pad_id`. Returns (tokens, lengths): lengths count tokens up to and
         including the first stop id. `on_finished(row, ids)` hears of each row once, with
-        the ids it returns: rows that stop early within CHECK_EVERY steps of their stop id
-        (while the rest decode), the others at the end."""
+        the ids it returns, within CHECK_EVERY steps of its end (while the rest decode).
+        `slots`: rows decoded at once (default: all). With fewer slots than rows the rows
+        wait in order, and a slot whose row has ended takes the next one at the next check
+        (prefilled on its own): the batch stays full instead of decoding padding for the
+        finished rows until the longest row ends."""
         switch = getattr(self.model, "set_attn_implementation", None)
         if switch is None:  # not a transformers model: its own attention reads the whole cache
             return self._generate(input_ids, attention_mask, max_new_tokens, temperature, top_p, stop_ids, pad_id,
-                                  on_finished, None)
+                                  on_finished, None, slots)
         previous = self.model.config._attn_implementation
         switch(_register_prefix_attention())
         # a model that keeps its own attention (no dynamic switch) reads the whole cache
         prefix = self.model.config._attn_implementation == PREFIX_ATTENTION
         try:
             return self._generate(input_ids, attention_mask, max_new_tokens, temperature, top_p, stop_ids, pad_id,
-                                  on_finished, self.kv_block if prefix else None)
+                                  on_finished, self.kv_block if prefix else None, slots)
         finally:
             switch(previous)
 
+    @staticmethod
+    def _write_per_row(layer, state) -> None:
+        """The cache layer's update, made to write each row's one new key and value to
+        that row's own slot (`state.write_pos`): rows admitted at different steps sit at
+        different positions of the cache."""
+
+        def update(key_states, value_states, *args, **kwargs):
+            at = state.write_pos.view(-1, 1, 1, 1)
+            layer.keys.scatter_(2, at.expand(-1, key_states.shape[1], 1, key_states.shape[3]), key_states)
+            layer.values.scatter_(2, at.expand(-1, value_states.shape[1], 1, value_states.shape[3]), value_states)
+            return layer.keys, layer.values
+
+        layer.update = update
+
     def _generate(self, input_ids, attention_mask, max_new_tokens, temperature, top_p, stop_ids, pad_id,
-                  on_finished, kv_block):
+                  on_finished, kv_block, slots):
         torch = self.torch
         from transformers import StaticCache
+        from transformers.cache_utils import StaticLayer
 
-        batch, prompt_len = input_ids.shape
-        max_len = prompt_len + max_new_tokens
+        input_ids, attention_mask = input_ids.cpu(), attention_mask.cpu()
+        rows_total, prompt_len = input_ids.shape
+        width = min(slots or rows_total, rows_total)  # rows decoded at once
+        max_len = prompt_len + max_new_tokens  # no row's keys reach past its prompt + its new tokens
         # with prefix views, one spare slot (never valid, never read): every view is a strict
         # prefix, so the keys and mask attention sees have one layout (one compiled graph)
-        slots = max_len + (1 if kv_block else 0)
-        cache = StaticCache(config=self.model.config, max_cache_len=slots)
+        capacity = max_len + (1 if kv_block else 0)
+        cache = StaticCache(config=self.model.config, max_cache_len=capacity)
+        if not all(isinstance(layer, StaticLayer) and not layer.is_sliding for layer in cache.layers):
+            raise ValueError("StaticDecoder needs a model whose cache layers all attend to the whole sequence")
         stops = torch.tensor(list(stop_ids) or [-1], device=self.device)
-        mask = attention_mask.to(self.device)
-        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
-        # the state every step reads and updates in place
-        tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=self.device)
-        done = torch.zeros(batch, dtype=torch.bool, device=self.device)
-        written = torch.zeros(1, dtype=torch.long, device=self.device)  # new tokens so far
-        pad = torch.full((batch,), pad_id, dtype=torch.long, device=self.device)
-        step_ids = torch.zeros((batch, 1), dtype=torch.long, device=self.device)
-        step_pos = positions[:, -1:].clone()
-        key_valid = torch.zeros((batch, slots), dtype=torch.bool, device=self.device)
-        key_valid[:, :prompt_len] = mask.bool()
-        noise = None  # the exponential race's E_i, a buffer the size of the logits
+        # the state every step reads and updates in place, one row per slot; `tokens` has
+        # one column more, where the rows that have ended write padding
+        state = types.SimpleNamespace(
+            tokens=torch.full((width, max_new_tokens + 1), pad_id, dtype=torch.long, device=self.device),
+            count=torch.zeros(width, dtype=torch.long, device=self.device),  # the row's tokens so far
+            done=torch.ones(width, dtype=torch.bool, device=self.device),  # an empty slot is done
+            pad=torch.full((width,), pad_id, dtype=torch.long, device=self.device),
+            step_ids=torch.zeros((width, 1), dtype=torch.long, device=self.device),
+            step_pos=torch.zeros((width, 1), dtype=torch.long, device=self.device),
+            write_pos=torch.zeros(width, dtype=torch.long, device=self.device),  # cache slot of the next keys
+            key_valid=torch.zeros((width, capacity), dtype=torch.bool, device=self.device),
+            noise=None,  # the exponential race's E_i, a buffer the size of the logits
+        )
 
         def emit(drawn) -> None:
-            """Advance the state by each row's drawn token (no host sync)."""
-            next_ids = torch.where(done, pad, drawn)
-            tokens.index_copy_(1, written, next_ids[:, None])
+            """Advance every live row by its drawn token (no host sync)."""
+            live = ~state.done
+            next_ids = torch.where(state.done, state.pad, drawn)
+            state.tokens.scatter_(1, state.count[:, None], next_ids[:, None])
+            state.count.add_(live)
             # not torch.isin: past ~20 stop ids it sorts and calls unique, which syncs (no capture)
-            done.logical_or_((next_ids[:, None] == stops).any(-1))
-            step_ids.copy_(next_ids[:, None])
-            step_pos.add_(1)
-            key_valid.index_fill_(1, written + prompt_len, True)  # the slot this token's keys go to
-            written.add_(1)
+            state.done.logical_or_((next_ids[:, None] == stops).any(-1)).logical_or_(state.count >= max_new_tokens)
+            state.step_ids.copy_(next_ids[:, None])
+            state.step_pos.add_(live[:, None])
+            state.write_pos.add_(live)
+            state.key_valid.scatter_(1, state.write_pos[:, None], True)  # the slot this token's keys go to
 
         def step(view: int) -> None:
             with self._layers_compiled():
-                logits = self._forward(cache, input_ids=step_ids, position_ids=step_pos,
-                                       attention_mask=key_valid[:, None, None, :view])
-            emit(draw_tokens(logits, temperature, top_p, noise))
+                logits = self._forward(cache, input_ids=state.step_ids, position_ids=state.step_pos,
+                                       attention_mask=state.key_valid[:, None, None, :view])
+            emit(draw_tokens(logits, temperature, top_p, state.noise))
 
+        def admit(free: list[int], callers: list[int]) -> None:
+            """Prefill the callers' rows on their own and move them into the free slots."""
+            mask = attention_mask[callers]
+            own_len = int(mask.sum(-1).max())  # their prompts without the columns only padding fills
+            ids, mask = (t[:, prompt_len - own_len:].to(self.device) for t in (input_ids[callers], mask))
+            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+            filled = StaticCache(config=self.model.config, max_cache_len=own_len)
+            logits = self._forward(filled, input_ids=ids, attention_mask=mask, position_ids=positions)
+            if not cache.layers[0].is_initialized:
+                for layer, new in zip(cache.layers, filled.layers):
+                    layer.lazy_initialization(new.keys[:1].expand(width, -1, -1, -1),
+                                              new.values[:1].expand(width, -1, -1, -1))
+                    self._write_per_row(layer, state)
+            at = torch.tensor(free, device=self.device)
+            for layer, new in zip(cache.layers, filled.layers):
+                layer.keys[:, :, :own_len].index_copy_(0, at, new.keys)
+                layer.values[:, :, :own_len].index_copy_(0, at, new.values)
+            drawn = draw_tokens(logits, temperature, top_p)
+            if temperature > 0 and state.noise is None:
+                state.noise = torch.empty((width, logits.shape[-1]), device=self.device)  # drawn before each step
+            valid = torch.zeros((len(free), capacity), dtype=torch.bool, device=self.device)
+            valid[:, :own_len] = mask.bool()
+            valid[:, own_len] = True  # the first new token's keys
+            first = torch.full((len(free), max_new_tokens + 1), pad_id, dtype=torch.long, device=self.device)
+            first[:, 0] = drawn
+            state.key_valid.index_copy_(0, at, valid)
+            state.tokens.index_copy_(0, at, first)
+            state.count.index_fill_(0, at, 1)
+            state.done.index_copy_(0, at, (drawn[:, None] == stops).any(-1) | (max_new_tokens <= 1))
+            state.step_ids.index_copy_(0, at, drawn[:, None])
+            state.step_pos.index_copy_(0, at, positions[:, -1:] + 1)
+            state.write_pos.index_fill_(0, at, own_len)
+            for slot, caller in zip(free, callers):
+                slot_row[slot], ends_by[slot], write_offset[slot] = caller, steps + max_new_tokens - 1, own_len - steps
+
+        def harvest() -> None:
+            """The ended rows' tokens to `out` (and on_finished); their slots become free."""
+            ended = [slot for slot, done in enumerate(state.done.cpu().tolist()) if done and slot_row[slot] >= 0]
+            if not ended:
+                return
+            at = torch.tensor(ended, device=self.device)
+            counts = state.count.index_select(0, at).cpu().tolist()
+            rows = state.tokens.index_select(0, at).cpu()
+            for slot, count, row in zip(ended, counts, rows):
+                caller = slot_row[slot]
+                out[caller, :count], lengths[caller] = row[:count], count
+                slot_row[slot] = -1
+                if on_finished is not None:
+                    on_finished(caller, row[:count].tolist())
+
+        out = torch.full((rows_total, max_new_tokens), pad_id, dtype=torch.long)
+        lengths = torch.zeros(rows_total, dtype=torch.long)
+        slot_row = [-1] * width  # the caller's row in each slot (-1: none, or reported)
+        ends_by = [0] * width  # the step by which the slot's row has surely ended
+        write_offset = [0] * width  # the cache slot the row writes at step t: at most t + this
+        admitted = 0  # rows handed to slots so far, in the caller's order
         graphs: dict = {}  # prefix length -> the captured step at the current batch size
         retired = []  # graphs of earlier batch sizes, alive until the end (their pool is shared)
         pool = torch.cuda.graph_pool_handle() if self.use_graph else None
         side = torch.cuda.Stream() if self.use_graph else None
-        rows = torch.arange(batch)  # the caller's row of each row decoded now
-        out = None  # the caller's rows, once compaction has dropped some
-        reported = torch.zeros(batch, dtype=torch.bool)  # by the caller's row
-        stop_set = set(stop_ids)
         warm_until = self.WARMUP
         warmed: set = set()  # compiled: prefix lengths stepped eagerly at this batch size (compiling there)
+        steps = last_end = furthest = 0
         with torch.no_grad():
-            logits = self._forward(cache, input_ids=input_ids.to(self.device), attention_mask=mask,
-                                   position_ids=positions)
-            if temperature > 0:
-                noise = torch.empty(logits.shape, device=self.device).exponential_()
-            emit(draw_tokens(logits, temperature, top_p, noise))
-            emitted = 1
             while True:
-                if emitted % self.CHECK_EVERY == 0 or emitted == max_new_tokens:
-                    finished = done.cpu()  # one device sync per check
-                    if on_finished is not None:
-                        self._report(tokens[:, :emitted], finished & ~reported[rows], stop_set,
-                                     lambda row, ids: on_finished(int(rows[row]), ids))
-                        reported[rows[finished]] = True
-                    if emitted == max_new_tokens or bool(finished.all()):
+                if steps % self.CHECK_EVERY == 0 or steps >= last_end:  # one device sync per check
+                    harvest()
+                    free = [slot for slot in range(len(slot_row)) if slot_row[slot] < 0][: rows_total - admitted]
+                    if free:
+                        admit(free, list(range(admitted, admitted + len(free))))
+                        admitted += len(free)
+                    live = [slot for slot in range(len(slot_row)) if slot_row[slot] >= 0]
+                    if not live:
                         break
-                    live = (~finished).nonzero().flatten()
-                    if (self.compact and len(live) <= len(rows) // 2 and len(rows) >= self.COMPACT_MIN_ROWS
-                            and max_new_tokens - emitted >= 2 * self.CHECK_EVERY):
-                        # finished rows leave the batch: their tokens to `out`, the rest of the state
-                        # and the cache cut to the live rows; steps at the new size get new graphs
-                        out = tokens.clone() if out is None else out.index_copy_(0, rows.to(self.device), tokens)
-                        # at least 2 rows (a finished one decodes padding beside the last live
-                        # row): a batch of 1 is a new specialisation, a recompile of every layer
-                        live = torch.cat([live, finished.nonzero().flatten()[: max(0, 2 - len(live))]])
-                        keep = live.to(self.device)
-                        tokens, done, pad, step_ids, step_pos, key_valid = (
-                            t.index_select(0, keep) for t in (tokens, done, pad, step_ids, step_pos, key_valid))
-                        noise = noise[: len(live)] if noise is not None else None
+                    last_end = max(ends_by[slot] for slot in live)
+                    # the filled prefix the steps until the next check read (rows that have ended
+                    # meanwhile write no further: an upper bound)
+                    furthest = max(write_offset[slot] for slot in live)
+                    if (self.compact and admitted == rows_total and len(live) <= len(slot_row) // 2
+                            and len(slot_row) >= self.COMPACT_MIN_ROWS and last_end - steps >= 2 * self.CHECK_EVERY):
+                        # the ended rows leave the batch (their tokens are in `out`): the state and
+                        # the cache cut to the live rows, whose steps get graphs of the new size. At
+                        # least 2 rows (an empty one decodes padding beside the last live row): a
+                        # batch of 1 is a new specialisation, a recompile of every layer
+                        keep = live + [slot for slot in range(len(slot_row)) if slot_row[slot] < 0][
+                            : max(0, 2 - len(live))]
+                        at = torch.tensor(keep, device=self.device)
+                        for name in ("tokens", "count", "done", "pad", "step_ids", "step_pos", "write_pos",
+                                     "key_valid"):
+                            setattr(state, name, getattr(state, name).index_select(0, at))
+                        if state.noise is not None:
+                            state.noise = state.noise[: len(keep)]
                         for layer in cache.layers:
-                            layer.keys = layer.keys.index_select(0, keep)
-                            layer.values = layer.values.index_select(0, keep)
-                        rows = rows[live]
+                            layer.keys = layer.keys.index_select(0, at)
+                            layer.values = layer.values.index_select(0, at)
+                        slot_row, ends_by, write_offset = ([values[slot] for slot in keep]
+                                                           for values in (slot_row, ends_by, write_offset))
                         retired.extend(graphs.values())
                         graphs.clear()
-                        warm_until = emitted + self.WARMUP
+                        warm_until = steps + self.WARMUP
                         warmed.clear()
-                view = self._view(prompt_len + emitted, max_len, kv_block)
-                if noise is not None:
-                    noise.exponential_()
+                view = self._view(min(steps + furthest + 1, max_len), max_len, kv_block)
+                if state.noise is not None:
+                    state.noise.exponential_()
                 if view in graphs:
                     graphs[view].replay()
-                elif self.use_graph and emitted > warm_until and (view in warmed or not self.compiled):
+                elif self.use_graph and steps >= warm_until and (view in warmed or not self.compiled):
                     torch.cuda.current_stream().wait_stream(side)
                     graph = torch.cuda.CUDAGraph()
                     try:
@@ -512,33 +597,19 @@ class StaticDecoder:
                     warmed.add(view)
                     if side is not None:
                         torch.cuda.current_stream().wait_stream(side)
-                emitted += 1
-        if out is not None:
-            tokens = out.index_copy_(0, rows.to(self.device), tokens)
-        tokens = tokens[:, :emitted]
-        first_stop = (tokens[..., None] == stops).any(-1).int()
-        has_stop = first_stop.any(-1)
-        lengths = torch.where(has_stop, first_stop.argmax(-1) + 1, torch.full_like(has_stop, emitted, dtype=torch.long))
-        tokens, lengths = tokens.cpu(), lengths.cpu()
-        if on_finished is not None:
-            for row in (~reported).nonzero().flatten().tolist():
-                on_finished(row, tokens[row, : int(lengths[row])].tolist())
-        return tokens, lengths
+                steps += 1
+        return out[:, : max(1, int(lengths.max()))], lengths
 
-    @staticmethod
-    def _report(tokens, fresh, stops: set, on_finished) -> None:
-        """on_finished(row, ids up to and including the first stop id) for each `fresh` row."""
-        rows = fresh.nonzero().flatten().tolist()
-        if not rows:
-            return
-        for row, ids in zip(rows, tokens[rows].cpu().tolist()):
-            end = next(i for i, token in enumerate(ids) if token in stops)
-            on_finished(row, ids[: end + 1])
+
+# rows per StaticDecoder call, in slots: a call decodes `batch_size` rows at a time, a slot
+# taking the next row as its row ends; the call's samples are journaled when it returns
+STATIC_ROWS_PER_SLOT = 4
 
 
 def _static_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device, dtype):
     """Yields (task_id, sample_id, text, new tokens) with StaticDecoder: the pending samples
-    of all tasks, `batch_size` left-padded prompts at a time, seeded like `generate`."""
+    of all tasks, STATIC_ROWS_PER_SLOT x `batch_size` left-padded prompts per call with
+    `batch_size` slots, each call seeded like a `generate` batch."""
     import torch
 
     from chorus.modeling import load_model_and_tokenizer
@@ -553,15 +624,16 @@ def _static_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_token
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (stop_ids or [0])[0]
     prompts = {t.id: render_prompt(tokenizer, build_prompt(t)) for t in tasks}
     pending = [(t.id, i) for t in tasks for i in todo[t.id]]
-    for chunk in range(0, len(pending), batch_size):
-        items = pending[chunk : chunk + batch_size]
+    per_call = STATIC_ROWS_PER_SLOT * batch_size
+    for chunk in range(0, len(pending), per_call):
+        items = pending[chunk : chunk + per_call]
         inputs = tokenizer([prompts[task_id] for task_id, _ in items], return_tensors="pt", padding=True,
                            add_special_tokens=False)
         torch.manual_seed(_chunk_seed(seed, *items[0]))
         tokens, lengths = decoder.generate(inputs["input_ids"], inputs["attention_mask"],
                                            max_new_tokens=max_new_tokens, temperature=temperature,
                                            top_p=top_p if temperature > 0 else None, stop_ids=stop_ids,
-                                           pad_id=pad_id)
+                                           pad_id=pad_id, slots=batch_size)
         for (task_id, sample_id), row, length in zip(items, tokens, lengths):
             row = row[: int(length)]
             yield task_id, sample_id, tokenizer.decode(row, skip_special_tokens=True), int(length)
