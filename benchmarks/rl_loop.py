@@ -316,8 +316,9 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
              (f"batch{2 * big}", 2 * big, sizes["new_tokens"], [rare], ("step_graph_prefix",)),
              (f"batch{big}_stragglers", big, cap, stragglers,
               ("step_graph_prefix", "step_graph_prefix_no_compaction", "baseline")),
-             # twice the rows through `big` slots: refilled as rows end vs two calls
-             (f"batch{2 * big}_stragglers", 2 * big, cap, stragglers, (f"slots{big}_calls", f"slots{big}_refill"))]
+             # twice the rows through `big` slots, refilled as rows end vs two calls, vs all at once
+             (f"batch{2 * big}_stragglers", 2 * big, cap, stragglers,
+              (f"slots{big}_calls", f"slots{big}_refill", "step_graph_prefix"))]
     # the profile first, before this process captures any graph (after the cases, it has
     # failed on the GPU with the CUDA generator in capture mode)
     if not only_cases or "profile" in only_cases:
