@@ -462,22 +462,24 @@ class StaticDecoder:
             emit(draw_tokens(logits, temperature, top_p, state.noise))
 
         def admit(free: list[int], callers: list[int]) -> None:
-            """Prefill the callers' rows on their own and move them into the free slots."""
+            """Prefill the callers' rows into the free slots: the first rows (every slot free,
+            the cache still empty) straight into the cache, later ones on their own, their keys
+            then copied into their slots."""
             mask = attention_mask[callers]
             own_len = int(mask.sum(-1).max())  # their prompts without the columns only padding fills
             ids, mask = (t[:, prompt_len - own_len:].to(self.device) for t in (input_ids[callers], mask))
             positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
-            filled = StaticCache(config=self.model.config, max_cache_len=own_len)
-            logits = self._forward(filled, input_ids=ids, attention_mask=mask, position_ids=positions)
-            if not cache.layers[0].is_initialized:
-                for layer, new in zip(cache.layers, filled.layers):
-                    layer.lazy_initialization(new.keys[:1].expand(width, -1, -1, -1),
-                                              new.values[:1].expand(width, -1, -1, -1))
-                    self._write_per_row(layer, state)
             at = torch.tensor(free, device=self.device)
-            for layer, new in zip(cache.layers, filled.layers):
-                layer.keys[:, :, :own_len].index_copy_(0, at, new.keys)
-                layer.values[:, :, :own_len].index_copy_(0, at, new.values)
+            if not cache.layers[0].is_initialized:  # the first rows, one per slot: straight into the cache
+                logits = self._forward(cache, input_ids=ids, attention_mask=mask, position_ids=positions)
+                for layer in cache.layers:
+                    self._write_per_row(layer, state)
+            else:
+                filled = StaticCache(config=self.model.config, max_cache_len=own_len)
+                logits = self._forward(filled, input_ids=ids, attention_mask=mask, position_ids=positions)
+                for layer, new in zip(cache.layers, filled.layers):
+                    layer.keys[:, :, :own_len].index_copy_(0, at, new.keys)
+                    layer.values[:, :, :own_len].index_copy_(0, at, new.values)
             drawn = draw_tokens(logits, temperature, top_p)
             if temperature > 0 and state.noise is None:
                 state.noise = torch.empty((width, logits.shape[-1]), device=self.device)  # drawn before each step
