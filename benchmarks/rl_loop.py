@@ -430,10 +430,11 @@ def bench_rewards(tasks, copies: int, workers: int, limits, report: Report) -> N
 
 def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device: str, root: Path,
                backends: list[str], deadline: float, report: Report, late: bool = False,
-               compile_rollouts: bool = False) -> None:
+               compile_rollouts: bool = False, slots: int | None = None) -> None:
     """One GRPO expert per rollout backend, end to end, with the step breakdown; `late`:
     each backend again with the rewards simulated only after the whole batch;
-    `compile_rollouts`: the static decoder's steps compiled (train_expert rollout_compile)."""
+    `compile_rollouts`: the static decoder's steps compiled (train_expert rollout_compile);
+    `slots`: its rows decoded at once (rollout_slots)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from chorus.harness import prebuild
@@ -450,8 +451,9 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
     # runs at other batch sizes stay in the file
     section = f"grpo_batch{per_step}" + (f"x{per_generation}" if per_generation > 1 else "")
     # "<backend>": rewards simulated as rollouts are decoded; "<backend>_late": after the batch;
-    # settings other than the defaults name themselves (e.g. static_compiled_nice10)
-    suffix = ("_compiled" if compile_rollouts else "") + (f"_nice{limits.nice}" if limits.nice else "")
+    # settings other than the defaults name themselves (e.g. static_compiled_slots256_nice10)
+    suffix = (("_compiled" if compile_rollouts else "") + (f"_slots{slots}" if slots else "")
+              + (f"_nice{limits.nice}" if limits.nice else ""))
     variants = ([(backend + suffix, backend, True) for backend in backends]
                 + [(f"{backend}{suffix}_late", backend, False) for backend in backends if late])
     for name, backend, early in variants:
@@ -465,7 +467,7 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
                 max_completion_length=sizes["completion_len"], sim_workers=workers, sim_limits=limits,
                 sim_timeouts=TimeoutPolicy(), rollout_backend=backend, device=device, use_cpu=device == "cpu",
                 save_steps=10_000, early_rewards=early, steps_per_generation=sizes.get("steps_per_generation"),
-                rollout_compile=compile_rollouts,
+                rollout_compile=compile_rollouts, rollout_slots=slots,
             )
             runs[name] = {"steps": metrics["steps"], "runtime_s": metrics["runtime_s"],
                              "rollout_backend": metrics["rollout_backend"], **metrics["breakdown"],
@@ -473,7 +475,7 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
                              "reward_wait_per_call_s": [round(c["wall_s"], 3) for c in metrics["reward_calls"]],
                              "completions_per_step": per_step, "rollout_batch": per_step * per_generation,
                              "sim_workers": workers, "sim_nice": limits.nice,
-                             "rollout_compile": metrics["rollout_compile"]}
+                             "rollout_compile": metrics["rollout_compile"], "rollout_slots": slots}
         except Exception as err:
             runs[name] = {"error": repr(err)[:1500]}
         report.detail(section, runs)
@@ -626,6 +628,9 @@ def main() -> None:
                         help="niceness of the simulations (config simulation.nice; the GRPO run's name gets _nice<N>)")
     parser.add_argument("--grpo-compile", action="store_true",
                         help="GRPO's static rollouts with the decode steps compiled (the run's name gets _compiled)")
+    parser.add_argument("--grpo-slots", type=int, default=None,
+                        help="GRPO's static rollouts decode this many rows at a time, refilling slots "
+                             "(the run's name gets _slots<N>)")
     parser.add_argument("--grpo-late", action="store_true",
                         help="also run each backend with rewards simulated after the whole batch (<backend>_late)")
     # internal: one SFT job in a fresh process
@@ -689,7 +694,7 @@ def main() -> None:
         "rewards": lambda: bench_rewards(grpo_tasks, sizes["reward_copies"], workers, limits, report),
         "grpo": lambda: bench_grpo(model_dir, grpo_tasks, sizes, workers, limits, device, root, args.grpo_backends,
                                    start + 0.7 * args.budget_s, report, late=args.grpo_late,
-                                   compile_rollouts=args.grpo_compile),
+                                   compile_rollouts=args.grpo_compile, slots=args.grpo_slots),
         "sft": lambda: bench_sft(model_dir, data, sizes, device, root, deadline, background, report),
     }
     for name, section in sections.items():

@@ -49,6 +49,8 @@ step grpo512_nice10 150 "${GRPO[@]}" --grpo-steps-per-generation 16 --sim-nice 1
 # slots vs calls one after another), where a step goes
 step decode 540 python3 benchmarks/rl_loop.py --only decode --decode-cases profile batch256 batch512 stragglers \
   --budget-s 1000 --out "$RESULT"
+# 512 rollouts through 256 slots refilled as rows end (vs all 512 at once above)
+step grpo512_slots256_nice10 150 "${GRPO[@]}" --grpo-steps-per-generation 16 --sim-nice 10 --grpo-slots 256
 step grpo512_compiled_nice10 300 "${GRPO[@]}" --grpo-steps-per-generation 16 --sim-nice 10 --grpo-compile
 # the batch of the 14.5k tokens/s figure (simulations at nice 0), niced
 step grpo256_nice10 150 "${GRPO[@]}" --grpo-steps-per-generation 8 --sim-nice 10

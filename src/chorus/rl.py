@@ -105,7 +105,7 @@ def start_rewards_early(trainer, coverage: CoverageReward):
     return on_finished
 
 
-def static_rollouts(trainer, on_finished=None, compile: bool = False):
+def static_rollouts(trainer, on_finished=None, compile: bool = False, slots: int | None = None):
     """Replace the trainer's rollout hook (TRL's `_generate_single_turn`, on the instance)
     by chorus.generate.StaticDecoder: static KV cache, decode step replayed from a CUDA
     graph. Same contract as TRL's plain `generate` path: completion ids up to and
@@ -113,8 +113,9 @@ def static_rollouts(trainer, on_finished=None, compile: bool = False):
     top_p (top_k, min_p and repetition penalty are not applied). One process per model copy
     (DDP ranks are fine; not DeepSpeed ZeRO-3, whose weights are sharded). `on_finished`:
     StaticDecoder's hook for rows that stop early (start_rewards_early); `compile`:
-    StaticDecoder's (decode steps through torch.compile). Returns the decoders, one per
-    model copy, made as rollouts need them."""
+    StaticDecoder's (decode steps through torch.compile); `slots`: rows decoded at once
+    (StaticDecoder.generate's; None: the whole rollout batch). Returns the decoders, one
+    per model copy, made as rollouts need them."""
     import torch
 
     from chorus.generate import StaticDecoder
@@ -140,7 +141,7 @@ def static_rollouts(trainer, on_finished=None, compile: bool = False):
             tokens, lengths = decoder.generate(
                 input_ids, mask, max_new_tokens=trainer.max_completion_length, temperature=trainer.temperature,
                 top_p=trainer.top_p, stop_ids=list(trainer.eos_token_ids), pad_id=pad_id,
-                on_finished=on_finished)
+                on_finished=on_finished, slots=slots)
         finally:
             model.train(was_training)
         return [row[: int(n)].tolist() for row, n in zip(tokens, lengths)], None
@@ -235,6 +236,7 @@ def train_expert(
     sim_timeouts: TimeoutPolicy | None = None,
     early_rewards: bool = True,
     rollout_compile: bool = False,
+    rollout_slots: int | None = None,
     extra_args: dict | None = None,
 ) -> dict:
     """GRPO from `model_in` on `tasks`; the expert lands in `out_dir` atomically with
@@ -247,7 +249,9 @@ def train_expert(
     batch learn slightly off-policy, within TRL's clipped ratio). `rollout_backend`: see
     rollout_settings; `sim_timeouts`: per-task simulation limits (chorus.harness.timeouts);
     `early_rewards`: simulate each rollout as soon as it is decoded (start_rewards_early);
-    `rollout_compile`: the static backend's decode steps compiled (StaticDecoder `compile`).
+    `rollout_compile`: the static backend's decode steps compiled (StaticDecoder `compile`);
+    `rollout_slots`: its rows decoded at once (None: the whole rollout batch; fewer: a row
+    that ends gives its slot to the next).
     The metrics break the run down into generation, reward wait and the rest (log-probs,
     backward, optimizer), with rollout tokens/s and simulations/s. `extra_args` go to
     GRPOConfig as they are."""
@@ -305,7 +309,8 @@ def train_expert(
         callbacks=[stage_callback()],
     )
     on_finished = start_rewards_early(trainer, coverage) if early_rewards else None
-    decoders = static_rollouts(trainer, on_finished, compile=rollout_compile) if rollout_backend == "static" else {}
+    decoders = (static_rollouts(trainer, on_finished, compile=rollout_compile, slots=rollout_slots)
+                if rollout_backend == "static" else {})
     timer = RolloutTimer()
     timer.wrap(trainer)
     trainer.add_callback(timer.callback())
@@ -329,6 +334,7 @@ def train_expert(
         "rollout_backend": rollout_backend,
         # compiled decode steps in effect (a failed compile falls back to uncompiled ones)
         "rollout_compile": bool(decoders) and all(decoder.compiled for decoder in decoders.values()),
+        "rollout_slots": rollout_slots if rollout_backend == "static" else None,
         "breakdown": {
             "steps_s": steps_s,
             "generation_s": timer.generation_s,
