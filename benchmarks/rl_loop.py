@@ -155,8 +155,9 @@ class SlotsOf:
 
         if self.refill:
             return self.decoder.generate(input_ids, attention_mask, slots=self.slots, **kwargs)
-        calls = [self.decoder.generate(input_ids[first : first + self.slots], attention_mask[first : first + self.slots],
-                                       **kwargs) for first in range(0, len(input_ids), self.slots)]
+        calls = [self.decoder.generate(input_ids[first : first + self.slots],
+                                       attention_mask[first : first + self.slots], **kwargs)
+                 for first in range(0, len(input_ids), self.slots)]
         return None, torch.cat([lengths for _, lengths in calls])
 
 
