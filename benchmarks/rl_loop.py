@@ -9,11 +9,14 @@ One command on the GPU machine (under 9 minutes), with the project's own code pa
       backend, per-task simulation timeouts): generation, reward wait, the rest
       (log-probs, backward, optimizer), rollout tokens/s, simulations/s; and one reward
       call on runnable completions (references) with a hanging straggler among them;
+      `--sim-nice`, `--grpo-compile`, `--grpo-slots` vary the simulations' niceness and
+      the static rollouts (compiled steps, refilled slots), each run named after them;
   (c) the first SFT step (`chorus.sft.train_stage`) with sdpa and with the compiled
       kernels (flex_attention + Liger), each in a fresh process with an empty compile
       cache, then the compiled one again with the cache warm; from these and the steady
       rates, the job size (training FLOPs) from which compiling pays
       (config `sft.compile_min_flops`).
+`--only decode`: the static decoder alone, step by step (bench_decode).
 The model: `--model DIR` (a Hugging Face folder, e.g. SmolLM2-135M-Instruct converted),
 else a random-init model of SmolLM2-135M's shape (config only, no download).
 Writes `--out` (default benchmarks/results/rl_loop_h200.json) after every section with
