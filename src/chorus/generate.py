@@ -302,9 +302,10 @@ class StaticDecoder:
     gives its slot to the next waiting row (prefilled on its own, its keys copied into the
     slot); once no row waits and at most half the rows are live (`compact`), the finished
     ones leave the batch and the state and cache shrink to the live rows, whose steps get
-    graphs of the smaller size. The first `WARMUP` decode steps of a batch size run eagerly on a side
-    stream (they are real steps) before its first capture. `compile`: decode steps run the
-    model's decoder layers through torch.compile (off by default, see __init__)."""
+    graphs of the smaller size. The first `WARMUP` decode steps of a batch size run
+    eagerly on a side stream (they are real steps) before its first capture. `compile`:
+    decode steps run the model's decoder layers through torch.compile (off by default,
+    see __init__)."""
 
     WARMUP = 3
     KV_BLOCK = 256
