@@ -289,12 +289,12 @@ class StaticDecoder:
     graph replays a whole step: the forward, the sampling (temperature, top-p, and the
     draw as an exponential race, draw_tokens) and the bookkeeping (the token written to
     the output, rows that hit a stop id or their last token marked done, the next key
-    slot made valid). Everything a step reads and writes lives in fixed buffers updated
-    in place, including each row's token count and next cache slot (device tensors: a
+    position made valid). Everything a step reads and writes lives in fixed buffers updated
+    in place, including each row's token count and next cache position (device tensors: a
     row writes its keys at its own position), so replays need nothing from the host but
     the step's random numbers, drawn into a buffer before each replay (no random op in the
     graph: a failed capture cannot leave the generator in capture mode). Attention reads
-    only the cache's filled prefix, rounded up to `kv_block` slots (one graph per prefix
+    only the cache's filled prefix, rounded up to `kv_block` positions (one graph per prefix
     length, captured when decoding reaches it), so a step's cost follows the sequence so
     far rather than prompt + max_new_tokens (`kv_block=None`: the whole cache every step).
     Finished rows would otherwise decode padding until the longest row ends: with fewer
@@ -367,11 +367,11 @@ class StaticDecoder:
                 layer._compiled_call_impl = compiled
 
     @staticmethod
-    def _view(slots: int, max_len: int, kv_block: int | None) -> int:
-        """Cache slots a decode step reads when `slots` of them are filled."""
+    def _view(filled: int, max_len: int, kv_block: int | None) -> int:
+        """Cache positions a decode step reads when `filled` of them are filled."""
         if not kv_block:
             return max_len
-        return min(max_len, -(-slots // kv_block) * kv_block)
+        return min(max_len, -(-filled // kv_block) * kv_block)
 
     def generate(self, input_ids, attention_mask, *, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float | None = None, stop_ids=(), pad_id: int = 0, on_finished=None,
@@ -401,7 +401,7 @@ class StaticDecoder:
     @staticmethod
     def _write_per_row(layer, state) -> None:
         """The cache layer's update, made to write each row's one new key and value to
-        that row's own slot (`state.write_pos`): rows admitted at different steps sit at
+        that row's own position (`state.write_pos`): rows admitted at different steps sit at
         different positions of the cache."""
 
         def update(key_states, value_states, *args, **kwargs):
@@ -422,7 +422,7 @@ class StaticDecoder:
         rows_total, prompt_len = input_ids.shape
         width = min(slots or rows_total, rows_total)  # rows decoded at once
         max_len = prompt_len + max_new_tokens  # no row's keys reach past its prompt + its new tokens
-        # with prefix views, one spare slot (never valid, never read): every view is a strict
+        # with prefix views, one spare position (never valid, never read): every view is a strict
         # prefix, so the keys and mask attention sees have one layout (one compiled graph)
         capacity = max_len + (1 if kv_block else 0)
         cache = StaticCache(config=self.model.config, max_cache_len=capacity)
@@ -438,7 +438,7 @@ class StaticDecoder:
             pad=torch.full((width,), pad_id, dtype=torch.long, device=self.device),
             step_ids=torch.zeros((width, 1), dtype=torch.long, device=self.device),
             step_pos=torch.zeros((width, 1), dtype=torch.long, device=self.device),
-            write_pos=torch.zeros(width, dtype=torch.long, device=self.device),  # cache slot of the next keys
+            write_pos=torch.zeros(width, dtype=torch.long, device=self.device),  # cache position of the next keys
             key_valid=torch.zeros((width, capacity), dtype=torch.bool, device=self.device),
             noise=None,  # the exponential race's E_i, a buffer the size of the logits
         )
@@ -454,7 +454,7 @@ class StaticDecoder:
             state.step_ids.copy_(next_ids[:, None])
             state.step_pos.add_(live[:, None])
             state.write_pos.add_(live)
-            state.key_valid.scatter_(1, state.write_pos[:, None], True)  # the slot this token's keys go to
+            state.key_valid.scatter_(1, state.write_pos[:, None], True)  # the position this token's keys go to
 
         def step(view: int) -> None:
             with self._layers_compiled():
@@ -518,7 +518,7 @@ class StaticDecoder:
         lengths = torch.zeros(rows_total, dtype=torch.long)
         slot_row = [-1] * width  # the caller's row in each slot (-1: none, or reported)
         ends_by = [0] * width  # the step by which the slot's row has surely ended
-        write_offset = [0] * width  # the cache slot the row writes at step t: at most t + this
+        write_offset = [0] * width  # the cache position the row writes at step t: at most t + this
         admitted = 0  # rows handed to slots so far, in the caller's order
         graphs: dict = {}  # prefix length -> the captured step at the current batch size
         retired = []  # graphs of earlier batch sizes, alive until the end (their pool is shared)
@@ -565,7 +565,7 @@ class StaticDecoder:
                         graphs.clear()
                         warm_until = steps + self.WARMUP
                         warmed.clear()
-                view = self._view(min(steps + furthest + 1, max_len), max_len, kv_block)
+                view = self._view(steps + furthest + 1, max_len, kv_block)
                 if state.noise is not None:
                     state.noise.exponential_()
                 if view in graphs:
