@@ -42,16 +42,16 @@ step install 90 bash benchmarks/device/prepare.sh install
 # the half-epoch SFT model: completions that really simulate (~120-190 s on an H100)
 step sft 240 python3 benchmarks/sft_synth_pass1.py --model /root/smollm2-135m --work /root/sft_synth \
   --tasks results/smollm2_h200/tasks/manifest.json --phases corpus sft --epochs 0.5 --out "$OUT/sft.json"
-# rollout batches of 512 (4 tasks x 8 completions x 16 steps), then the simulations niced
-step grpo512 150 "${GRPO[@]}" --grpo-steps-per-generation 16
+# in order of what the ~25 minutes of a lease answer first: rollout batches of 512
+# (4 tasks x 8 completions x 16 steps) with the simulations niced, then not niced, then
+# through 256 slots refilled as rows end, then the 14.5k tokens/s batch (256) niced
 step grpo512_nice10 150 "${GRPO[@]}" --grpo-steps-per-generation 16 --sim-nice 10
-# the compiled decode steps with _prefix_sdpa's GQA packing, 512 rows, uneven rows (refilled
-# slots vs calls one after another), where a step goes
-step decode 540 python3 benchmarks/rl_loop.py --only decode --decode-cases profile batch256 batch512 stragglers \
-  --budget-s 1000 --out "$RESULT"
-# 512 rollouts through 256 slots refilled as rows end (vs all 512 at once above)
+step grpo512 150 "${GRPO[@]}" --grpo-steps-per-generation 16
 step grpo512_slots256_nice10 150 "${GRPO[@]}" --grpo-steps-per-generation 16 --sim-nice 10 --grpo-slots 256
-step grpo512_compiled_nice10 300 "${GRPO[@]}" --grpo-steps-per-generation 16 --sim-nice 10 --grpo-compile
-# the batch of the 14.5k tokens/s figure (simulations at nice 0), niced
 step grpo256_nice10 150 "${GRPO[@]}" --grpo-steps-per-generation 8 --sim-nice 10
+# uneven rows (refilled slots vs calls one after another), 512 rows, the compiled decode
+# steps with _prefix_sdpa's GQA packing, where a step goes
+step decode 540 python3 benchmarks/rl_loop.py --only decode --decode-cases stragglers batch512 profile batch256 \
+  --budget-s 1000 --out "$RESULT"
+step grpo512_compiled_nice10 300 "${GRPO[@]}" --grpo-steps-per-generation 16 --sim-nice 10 --grpo-compile
 echo "plan: every step ran"
