@@ -141,6 +141,19 @@ def time_decoder(decoder, inputs, new: int, stops: list[int], pad: int) -> dict:
             "ms_per_step": 1000 * times[1] / new}
 
 
+def release_gpu_memory() -> None:
+    """Frees what the last decoder held (its cache and graph pool sit in reference cycles)
+    before the next case allocates its own: without it the H100 ran out of memory in the
+    cases after batch512."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 class SlotsOf:
     """A StaticDecoder decoding `slots` rows at a time: `refill` in one call (a slot takes
     the next row as its row ends), else in calls of `slots` rows one after another (each
@@ -348,6 +361,7 @@ def bench_decode(model_dir: Path, tasks, sizes: dict, device: str, deadline: flo
                                             stops, pad)
             except Exception as err:  # one failed variant must not lose the others
                 results[key] = {"error": repr(err)[:800]}
+            release_gpu_memory()
             report.detail("decode", results)
         reference = results.get(f"{case}/baseline", {}).get("tokens_per_s")
         for name in names:
@@ -449,11 +463,11 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
     # compiled and their references timed before the clock runs
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(lambda task: prebuild(task, None, limits, TimeoutPolicy()), tasks))
-    runs = {}
     per_step = sizes["num_generations"] * len(tasks)  # completions per optimizer step
     per_generation = sizes.get("steps_per_generation") or 1
-    # runs at other batch sizes stay in the file
+    # runs at other batch sizes, and of other settings at this one, stay in the file
     section = f"grpo_batch{per_step}" + (f"x{per_generation}" if per_generation > 1 else "")
+    runs = dict(report.data["details"].get(section) or {})
     # "<backend>": rewards simulated as rollouts are decoded; "<backend>_late": after the batch;
     # settings other than the defaults name themselves (e.g. static_compiled_slots256_nice10)
     suffix = (("_compiled" if compile_rollouts else "") + (f"_slots{slots}" if slots else "")
@@ -479,7 +493,8 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
                              "reward_wait_per_call_s": [round(c["wall_s"], 3) for c in metrics["reward_calls"]],
                              "completions_per_step": per_step, "rollout_batch": per_step * per_generation,
                              "sim_workers": workers, "sim_nice": limits.nice,
-                             "rollout_compile": metrics["rollout_compile"], "rollout_slots": slots}
+                             "rollout_compile": metrics["rollout_compile"], "rollout_slots": slots,
+                             "command": report.command, "device": report.device}
         except Exception as err:
             runs[name] = {"error": repr(err)[:1500]}
         report.detail(section, runs)

@@ -541,6 +541,9 @@ def test_auto_compiles_kernels_only_for_jobs_that_pay(base, tmp_path):
 @pytest.mark.slow
 def test_rl_loop_benchmark_smoke(tmp_path):
     out = tmp_path / "rl_loop.json"
+    # a run of other settings at the same batch, from an earlier invocation: kept beside this one's
+    earlier = {"rollout_tokens_per_s": 1e-6, "command": "an earlier run"}
+    out.write_text(json.dumps({"details": {"grpo_batch4": {"static_slots2": earlier}}}))
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     # simulations niced: the run names itself so (static_nice3) and records it
     command = [sys.executable, str(REPO / "benchmarks" / "rl_loop.py"), "--smoke", "--grpo-late", "--sim-nice", "3",
@@ -569,5 +572,6 @@ def test_rl_loop_benchmark_smoke(tmp_path):
     assert runs["static_nice3"]["simulations_started_early"] >= 1
     assert runs["static_nice3_late"]["simulations_started_early"] == 0
     assert runs["static_nice3"]["sim_nice"] == 3 and runs["static_nice3"]["rollout_compile"] is False
+    assert runs["static_slots2"] == earlier and "--sim-nice 3" in runs["static_nice3"]["command"]
     assert result["details"]["generate"]["continuous"]["tokens_per_s"] > 0
     assert result["details"]["generate"]["generate"]["tokens_per_s"] > 0

@@ -5,15 +5,15 @@
 # Every step runs once (a marker under /root/plan, kept while the machine stays warm),
 # only when its estimate fits the SECONDS this call has left (default 560), under
 # `timeout`; the next call goes on where this one stopped. A failed step is marked too
-# (not retried) and says so. Figures gather in /root/out/rl_loop_h200.json, seeded from
+# (not retried) and says so. Figures gather in /root/plan/rl_loop_h200.json, seeded from
 # benchmarks/results/rl_loop_h200.json (rl_loop.py updates the sections it runs and keeps
 # the rest), and are copied to $OUT after every step with the step's log.
 set -uo pipefail
 END=$(($(date +%s) + ${1:-560}))
 PLAN=/root/plan
-RESULT=/root/out/rl_loop_h200.json
+RESULT=$PLAN/rl_loop_h200.json  # not under $OUT: each call starts with $OUT empty
 SFT_MODEL=/root/sft_synth/sft_model
-mkdir -p "$PLAN" /root/out "${OUT:-/tmp/out}"
+mkdir -p "$PLAN" "${OUT:-/tmp/out}"
 OUT=${OUT:-/tmp/out}
 export USE_HUB_KERNELS=0 PYTHONPATH=src
 [ -f "$RESULT" ] || cp benchmarks/results/rl_loop_h200.json "$RESULT"
@@ -42,16 +42,13 @@ step install 90 bash benchmarks/device/prepare.sh install
 # the half-epoch SFT model: completions that really simulate (~120-190 s on an H100)
 step sft 240 python3 benchmarks/sft_synth_pass1.py --model /root/smollm2-135m --work /root/sft_synth \
   --tasks results/smollm2_h200/tasks/manifest.json --phases corpus sft --epochs 0.5 --out "$OUT/sft.json"
-# in order of what the ~25 minutes of a lease answer first: rollout batches of 512
-# (4 tasks x 8 completions x 16 steps) with the simulations niced, then not niced, then
-# through 256 slots refilled as rows end, then the 14.5k tokens/s batch (256) niced
-step grpo512_nice10 150 "${GRPO[@]}" --grpo-steps-per-generation 16 --sim-nice 10
-step grpo512 150 "${GRPO[@]}" --grpo-steps-per-generation 16
-step grpo512_slots256_nice10 150 "${GRPO[@]}" --grpo-steps-per-generation 16 --sim-nice 10 --grpo-slots 256
+# what 2026-12-06's lease left open, in order: uneven rows through refilled slots vs calls
+# one after another vs all at once (the cases ran out of memory then), and the 256-row
+# rollout batch at nice 0 and 10 in one lease (nice 10 was measured, nice 0 a lease before)
+step decode 300 python3 benchmarks/rl_loop.py --only decode --decode-cases stragglers batch512 --budget-s 280 \
+  --out "$RESULT"
+step grpo256 150 "${GRPO[@]}" --grpo-steps-per-generation 8
 step grpo256_nice10 150 "${GRPO[@]}" --grpo-steps-per-generation 8 --sim-nice 10
-# uneven rows (refilled slots vs calls one after another), 512 rows, the compiled decode
-# steps with _prefix_sdpa's GQA packing, where a step goes
-step decode 540 python3 benchmarks/rl_loop.py --only decode --decode-cases stragglers batch512 profile batch256 \
-  --budget-s 1000 --out "$RESULT"
-step grpo512_compiled_nice10 300 "${GRPO[@]}" --grpo-steps-per-generation 16 --sim-nice 10 --grpo-compile
+# the measured fastest shape again, the figure of benchmarks/README.md
+step grpo512 150 "${GRPO[@]}" --grpo-steps-per-generation 16
 echo "plan: every step ran"

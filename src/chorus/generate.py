@@ -60,9 +60,8 @@ def sample_completions(
     (bfloat16) when available, else cpu (float32).
     sampler: auto | generate | continuous | static | vllm (see resolve_sampler; `static`:
     StaticDecoder, a static KV cache whose decode step is replayed from a CUDA graph on a
-    GPU, `batch_size` rows at a time (default 128 on cuda), a slot taking the next pending
-    row as its row ends, STATIC_ROWS_PER_SLOT x `batch_size` rows per call, each call
-    seeded like a batch); `continuous` draws
+    GPU, `batch_size` rows per call (default 128 on cuda), each call seeded like a
+    batch); `continuous` draws
     `batch_size` requests per engine call (default 1024 on cuda, 16 on cpu) and seeds each
     call like a `generate` batch, so it resumes and repeats the same way."""
     out_jsonl = Path(out_jsonl)
@@ -604,15 +603,12 @@ class StaticDecoder:
         return out[:, : max(1, int(lengths.max()))], lengths
 
 
-# rows per StaticDecoder call, in slots: a call decodes `batch_size` rows at a time, a slot
-# taking the next row as its row ends; the call's samples are journaled when it returns
-STATIC_ROWS_PER_SLOT = 4
-
-
 def _static_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device, dtype):
     """Yields (task_id, sample_id, text, new tokens) with StaticDecoder: the pending samples
-    of all tasks, STATIC_ROWS_PER_SLOT x `batch_size` left-padded prompts per call with
-    `batch_size` slots, each call seeded like a `generate` batch."""
+    of all tasks, `batch_size` left-padded prompts per call, each call seeded like a
+    `generate` batch. One call of all its rows, not slots refilled as rows end
+    (`StaticDecoder.generate(slots=)`): on an H100 refilled slots decoded slower than the
+    same rows in calls one after another (benchmarks/README.md)."""
     import torch
 
     from chorus.modeling import load_model_and_tokenizer
@@ -627,16 +623,15 @@ def _static_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_token
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (stop_ids or [0])[0]
     prompts = {t.id: render_prompt(tokenizer, build_prompt(t)) for t in tasks}
     pending = [(t.id, i) for t in tasks for i in todo[t.id]]
-    per_call = STATIC_ROWS_PER_SLOT * batch_size
-    for chunk in range(0, len(pending), per_call):
-        items = pending[chunk : chunk + per_call]
+    for chunk in range(0, len(pending), batch_size):
+        items = pending[chunk : chunk + batch_size]
         inputs = tokenizer([prompts[task_id] for task_id, _ in items], return_tensors="pt", padding=True,
                            add_special_tokens=False)
         torch.manual_seed(_chunk_seed(seed, *items[0]))
         tokens, lengths = decoder.generate(inputs["input_ids"], inputs["attention_mask"],
                                            max_new_tokens=max_new_tokens, temperature=temperature,
                                            top_p=top_p if temperature > 0 else None, stop_ids=stop_ids,
-                                           pad_id=pad_id, slots=batch_size)
+                                           pad_id=pad_id)
         for (task_id, sample_id), row, length in zip(items, tokens, lengths):
             row = row[: int(length)]
             yield task_id, sample_id, tokenizer.decode(row, skip_special_tokens=True), int(length)
