@@ -251,8 +251,7 @@ def bench_generation(model_dir: Path, tasks, sizes: dict, device: str, deadline:
             results[name] = {"error": repr(err)[:800]}
         report.detail("generate", results)
     del model
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    release_gpu_memory()
     # the workflow's eval sampler end to end (model load included), real EOS
     tasks = tasks[: sizes["eval_tasks"]] if sizes["eval_tasks"] else tasks
     k = max(1, sizes["batch"] // len(tasks))
