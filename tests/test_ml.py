@@ -285,8 +285,11 @@ def test_coverage_reward_dense_and_binary():
     weak = "```python\n" + task.trivial_stimulus.read_text() + "```"
     reward = CoverageReward({task.id: task}, "dense", workers=2)
     assert reward.__name__ == "coverage_dense"
-    dense = reward([ref, weak, "nonsense"], task_id=[task.id] * 3)
-    assert dense[0] == 1.0 and 0 < dense[1] < 1 and dense[2] == 0.0
+    # full coverage, then an error: a broken answer earns nothing, below the weak one
+    broken = ref[:-3] + "\n\n@cocotb.test()\nasync def then_fails(dut):\n    raise RuntimeError('broken')\n```"
+    dense = reward([ref, weak, "nonsense", broken], task_id=[task.id] * 4)
+    assert dense[0] == 1.0 and 0 < dense[1] < 1 and dense[2] == 0.0 and dense[3] == 0.0
+    assert reward.calls[-1]["statuses"]["runtime_error"] == 1
     binary = CoverageReward([task], "binary", workers=2)([ref, weak], task_id=[task.id] * 2)
     assert binary == [1.0, 0.0]
     conversational = [[{"role": "assistant", "content": ref}]]

@@ -83,7 +83,8 @@ def sample_completions(
                 batch_size=batch_size, seed=seed, device=device, dtype=dtype,
             ):
                 new_tokens += n_tokens
-                journal.append({"task_id": task_id, "sample_id": sample_id, "completion": text})
+                journal.append({"task_id": task_id, "sample_id": sample_id, "completion": text,
+                                "new_tokens": n_tokens})
                 progress.update()
     ordered = [journal.done[(t.id, i)] for t in tasks for i in range(k)]
     journal.finish(out_jsonl, ordered)

@@ -30,13 +30,25 @@ def completion_text(completion) -> str:
     return completion
 
 
+# runs that ended normally; any other verdict (syntax or runtime error, timeout, memory,
+# no coverage) earns no reward, so a broken or cut-off answer ranks below a weak one
+CLEAN_STATUSES = ("ok", "below_target")
+
+
+def coverage_reward(result, mode: str) -> float:
+    """The RL reward of one verdict: dense, the coverage reached relative to the target
+    (`SimResult.score`) of a run that ended normally, else 0; binary, 1 when it passed."""
+    if mode == "binary":
+        return float(result.passed)
+    return float(result.score) if result.status in CLEAN_STATUSES else 0.0
+
+
 class CoverageReward:
     """TRL reward function: `reward(completions, task_id, **kw) -> list[float]`.
 
     Each completion's stimulus (`extract_stimulus`) is simulated against its task's
-    design by `chorus.harness.score_many` (`workers` sandboxes at once). mode "dense":
-    `SimResult.score` (coverage reached relative to the target, in [0, 1]); mode
-    "binary": 1.0 when the sample passes, else 0.0. `tasks`: a {task_id: Task} mapping or
+    design by `chorus.harness.score_many` (`workers` sandboxes at once) and rewarded by
+    `coverage_reward` (mode "dense" or "binary"). `tasks`: a {task_id: Task} mapping or
     a list of tasks. Every call is recorded in `calls` (wall time, reward statistics,
     status counts) and, under GRPOTrainer, logged through its `log_metric` hook.
     `timeouts`: per-task simulation limits from the reference's measured time
@@ -97,7 +109,7 @@ class CoverageReward:
         for future in self._started.values():  # started for completions this call did not get
             future.cancel()
         self._started, self._started_at = {}, None
-        rewards = [float(r.score) if self.mode == "dense" else float(r.passed) for r in results]
+        rewards = [coverage_reward(r, self.mode) for r in results]
         statuses: dict[str, int] = {}
         for r in results:
             statuses[r.status] = statuses.get(r.status, 0) + 1
