@@ -82,7 +82,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rl-generations", type=int, default=8, help="completions per prompt (GRPO group)")
     p.add_argument("--rl-batch", type=int, default=32, help="completions per optimizer step")
     p.add_argument("--rl-steps-per-generation", type=int, default=16)
-    p.add_argument("--rl-max-completion", type=int, default=1024)
+    p.add_argument("--rl-max-completion", type=int, default=768)
     p.add_argument("--rl-temperature", type=float, default=1.0)
     # eval
     p.add_argument("--gen-batch-size", type=int, default=512)
