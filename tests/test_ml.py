@@ -312,6 +312,20 @@ def test_coverage_reward_compiles_designs_before_the_first_call(tmp_path, monkey
     assert all((tmp_path / build_key(t) / "BUILD_OK").is_file() for t in tasks)
 
 
+@pytest.mark.slow
+def test_closing_the_reward_drops_the_queued_builds(tmp_path, monkeypatch):
+    """After training, queued prebuilds must not keep the process alive: close() cancels
+    every build not started (two run at a time), so a job ends when its training ends."""
+    monkeypatch.setenv("CHORUS_CACHE_DIR", str(tmp_path))
+    reward = CoverageReward(TRAIN[:6], "dense", workers=1)
+    reward.close()
+    cancelled = [f for f in reward.prebuilds if f.cancelled()]
+    assert len(cancelled) >= len(reward.prebuilds) - 2, "only the two running builds may go on"
+    for future in reward.prebuilds:
+        if not future.cancelled():
+            future.result(timeout=300)
+
+
 # --- merging ---------------------------------------------------------------------------
 
 

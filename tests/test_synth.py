@@ -301,10 +301,14 @@ def test_programmatic_reference_is_a_short_verified_variant(tmp_path, verified):
         for port in design.inputs:
             assert f"| `{port.name}` | input | {width_text(port)} |" in task.spec
         assert len(text) < 2000 and len(text) < max(len(p.read_text()) for p in task.references())
-    rows = build_stage_dataset(list(tasks.values()), {"program": True}, tmp_path / "program.jsonl")
-    assert [r["task_id"] for r in rows] == [t.id for t in kept]
-    assert {r["source"] for r in rows} == {"program"}
-    assert all("INPUTS = {" in r["completion"][0]["content"] for r in rows)
+    shipped = load_tasks(DEFAULT_TASK_ROOT, "train")[:2]
+    rows = build_stage_dataset(shipped + list(tasks.values()), {"program": True}, tmp_path / "program.jsonl")
+    programs = [r for r in rows if r["source"] == "program"]
+    assert [r["task_id"] for r in programs] == [t.id for t in kept]
+    assert all("INPUTS = {" in r["completion"][0]["content"] for r in programs)
+    # a task without a program (shipped, or a dropped program) trains on its reference
+    others = [r for r in rows if r["source"] == "reference"]
+    assert [r["task_id"] for r in others] == [t.id for t in shipped + list(tasks.values()) if t not in kept]
 
 
 def test_program_budgets_are_distinct_and_seeded():

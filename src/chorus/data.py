@@ -87,7 +87,8 @@ def build_stage_dataset(tasks: list[Task], mix: dict, out_path: str | Path) -> l
     shown by an example that passes; trivial stimuli never train);
     `reference: [difficulties]` -> reference stimuli of selected tasks of those
     difficulties, with `variants: true` also their verified variants (other styles);
-    `program: true` -> every selected task's programmatic reference (synthetic tasks);
+    `program: true` -> every selected task's programmatic reference, or its reference
+    when it has none (the shipped tasks);
     `verified: path | [paths]` -> passing samples from {task_id, completion, passed} rows;
     `families: [...]`, `sources: [shipped, synthetic]` -> which tasks the mix draws from.
     Only the tasks given are used: pass train tasks (test tasks never train)."""
@@ -108,8 +109,12 @@ def build_stage_dataset(tasks: list[Task], mix: dict, out_path: str | Path) -> l
             paths = t.references() if mix.get("variants") else t.references()[:1]
             rows += [sft_row(t, p.read_text(), "reference") for p in paths]
     if mix.get("program"):
-        programs = [(t, program_stimulus(t)) for t in selected]
-        rows += [sft_row(t, p.read_text(), "program") for t, p in programs if p is not None]
+        for t in selected:
+            program = program_stimulus(t)
+            if program is not None:
+                rows.append(sft_row(t, program.read_text(), "program"))
+            elif t.reference_stimulus:
+                rows.append(sft_row(t, t.reference_stimulus.read_text(), "reference"))
     if mix.get("verified"):
         rows += verified_rows(selected, mix["verified"])
     if not rows:

@@ -76,12 +76,20 @@ class CoverageReward:
         # generates the first rollouts: cold Verilator builds (seconds each) then stay off
         # the reward's critical path (score_many waits on a build still in progress).
         designs = {t.design_hash(): t for t in self.tasks.values()}
-        builds = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chorus-prebuild")
-        self.prebuilds = [builds.submit(prebuild, task, None, limits, timeouts) for task in designs.values()]
-        builds.shutdown(wait=False)
+        self._builds = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chorus-prebuild")
+        self.prebuilds = [self._builds.submit(prebuild, task, None, limits, timeouts) for task in designs.values()]
         self._pool: ThreadPoolExecutor | None = None
         self._started: dict[tuple[str, str], Future] = {}
         self._started_at: float | None = None
+
+    def close(self) -> None:
+        """Drop the prebuilds not started yet and let the sandboxes' threads go: without
+        it, the interpreter's exit waits for every queued build (minutes for a large task
+        set) after training is over."""
+        self._builds.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def _simulate(self, task_id: str, text: str) -> Future:
         if self._pool is None:  # sandboxes are child processes: threads only wait on them

@@ -315,7 +315,10 @@ def train_expert(
     timer.wrap(trainer)
     trainer.add_callback(timer.callback())
     start = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume_from)
+    try:
+        trainer.train(resume_from_checkpoint=resume_from)
+    finally:
+        coverage.close()
     runtime = time.perf_counter() - start
     if trainer.state.global_step == 0:  # e.g. a rollout batch TRL could not fill: not an expert
         raise RuntimeError(f"GRPO trained no step ({len(tasks)} tasks, rollout batch {args.generation_batch_size})")
