@@ -152,12 +152,13 @@ def test_missing_preset_package_names_what_to_install(monkeypatch, tmp_path):
         gguf_parts("lacking")
 
 
-def test_model_base_resolves_presets_folders_and_typos():
+def test_model_base_resolves_presets_folders_and_typos(tmp_path):
     config = default_config()
     config["model"]["base"] = "smollm2-135m"
     assert Plan(config).model_dir("base", "base") == "results/models/base"  # built by a rule
-    config["model"]["base"] = "/models/my-hf-model"
-    assert Plan(config).model_dir("base", "base") == "/models/my-hf-model"
+    (tmp_path / "config.json").write_text("{}")
+    config["model"]["base"] = str(tmp_path)
+    assert Plan(config).model_dir("base", "base") == str(tmp_path)
     config["model"]["base"] = "smolm2-135m"
     with pytest.raises(ConfigError, match="neither a preset .*smollm2-135m, gemma3-270m"):
         Plan(config)
@@ -173,4 +174,5 @@ def test_a_preset_is_built_by_the_base_model_rule_and_a_folder_is_not(tmp_path):
         return job_counts(proc.stdout + proc.stderr).get("build_base_model", 0)
 
     assert base_jobs("smollm2-135m") == 1
+    (tmp_path / "config.json").write_text("{}")
     assert base_jobs(str(tmp_path)) == 0  # a local Hugging Face folder is used as it is

@@ -378,8 +378,8 @@ def train_expert_job(
     the expert's tasks from the manifest (its `splits`, optional `difficulties`), its GRPO
     settings (config `rl`, merged by Plan.expert) and the sandbox limits of config
     `simulation`. The job's CPUs are shared by the ranks' reward sandboxes."""
-    tasks = load_manifest(manifest, splits=expert.get("splits", ["train"]))
-    if expert.get("difficulties"):
+    tasks = load_manifest(manifest, splits=expert["splits"])
+    if expert["difficulties"]:
         tasks = [t for t in tasks if t.difficulty in expert["difficulties"]]
     ranks = int(os.environ.get("WORLD_SIZE", "1"))
     sim_limits, sim_timeouts = sandbox_settings(simulation)
@@ -396,7 +396,7 @@ def train_expert_job(
         beta=expert["beta"],
         temperature=expert["temperature"],
         batch_size=expert["batch_size"],
-        steps_per_generation=expert.get("steps_per_generation"),
+        steps_per_generation=expert["steps_per_generation"],
         seed=expert["seed"],
         save_steps=expert["save_steps"],
         sim_workers=max(1, job_cpus // ranks),
