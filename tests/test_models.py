@@ -26,6 +26,7 @@ from chorus.modeling import (
 )
 from chorus.plan import ConfigError, Plan
 from chorus.prompts import build_prompt, render_prompt
+from chorus.settings import SFTStage
 from chorus.sft import train_stage
 from conftest import default_config, run_snakemake, write_config
 from test_workflow_dag import job_counts
@@ -95,8 +96,8 @@ def test_smollm2_takes_project_prompts_and_one_sft_step(smollm2, task, tmp_path)
     assert task.toplevel in text and "<|im_start|>user\n" in text
     data = tmp_path / "sft.jsonl"
     build_stage_dataset([task], {"reference": [task.difficulty]}, data)
-    metrics = train_stage(smollm2, data, tmp_path / "sft", max_steps=1, lr=1e-5, batch_size=1,
-                          max_length=4096, use_cpu=True)
+    metrics = train_stage(smollm2, data, tmp_path / "sft", SFTStage(max_steps=1, lr=1e-5, batch_size=1, max_length=4096),
+                          use_cpu=True)
     assert metrics["steps"] == 1 and torch.isfinite(torch.tensor(metrics["first_loss"]))
     # a pretrained model already reads cocotb fairly well: far below a uniform guess (ln 49152 = 10.8)
     assert metrics["first_loss"] < 5

@@ -88,7 +88,15 @@ def test_plan_rejects_unknown_references():
     broken = copy.deepcopy(config)
     broken["merge"]["strategies"][0]["method"] = "slerp"
     broken["rl"]["experts"].append({"name": "third", "from_stage": "full"})
-    with pytest.raises(ConfigError, match="slerp merges exactly two"):
+    with pytest.raises(ConfigError, match="slerp merges exactly 2"):
+        Plan(broken)
+    broken = copy.deepcopy(config)
+    broken["merge"]["strategies"][0]["method"] = "tie"
+    with pytest.raises(ConfigError, match=r"strategies\[0\].method: 'tie' .*did you mean 'ties'"):
+        Plan(broken)
+    broken = copy.deepcopy(config)
+    broken["merge"]["strategies"][4]["params"] = {"t": 0.5, "density": 0.5}  # slerp
+    with pytest.raises(ConfigError, match=r"strategies\[4\].params: slerp reads no \['density'\]"):
         Plan(broken)
     broken = copy.deepcopy(config)
     broken["sft"]["stages"].append(dict(broken["sft"]["stages"][0]))

@@ -10,11 +10,13 @@ start-up with a message naming the key.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass
 
 from chorus.config import ConfigError, check_config, fill_defaults
+from chorus.merge import METHODS
 from chorus.modeling import GGUF_PRESETS, is_preset
 
 MODEL_KINDS = ("base", "sft", "rl", "merge", "consolidated")
@@ -93,6 +95,21 @@ def replica_group(model_id: str) -> str:
     return match["expert"] if match else model_id
 
 
+def check_merge_method(key: str, name: str, experts: int, params: dict) -> None:
+    """A merge strategy against the method's row of chorus.merge.METHODS: a known method,
+    the number of experts it merges, only params it reads."""
+    method = METHODS.get(name)
+    if method is None:
+        near = difflib.get_close_matches(name, METHODS, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ConfigError(f"invalid config at {key}.method: {name!r} is none of {', '.join(METHODS)}{hint}")
+    if method.models is not None and experts != method.models:
+        raise ConfigError(f"{key}: {name} merges exactly {method.models} experts, got {experts}")
+    unread = [p for p in params if p not in method.params]
+    if unread:
+        raise ConfigError(f"invalid config at {key}.params: {name} reads no {unread} (it reads {list(method.params)})")
+
+
 def check_model_base(base: str | None) -> None:
     """model.base: null (the tiny model), a preset, or a readable Hugging Face model
     folder (its config.json); else ConfigError naming the key, before any job starts."""
@@ -146,10 +163,7 @@ class Plan:
                 )
             if len(experts) < 2:
                 raise ConfigError(f"merge.strategies[{i}]: needs at least two experts")
-            if merge["method"] == "slerp" and len(experts) != 2:
-                raise ConfigError(
-                    f"merge.strategies[{i}]: slerp merges exactly two experts, got {len(experts)}"
-                )
+            check_merge_method(f"merge.strategies[{i}]", merge["method"], len(experts), merge["params"])
             base_stage = merge.get("base_stage")
             if base_stage is not None and base_stage not in self.stages:
                 raise ConfigError(f"merge.strategies[{i}].base_stage: unknown stage {base_stage!r}")
