@@ -19,7 +19,7 @@ from chorus.config import load_schema  # noqa: E402
 from chorus.data import build_stage, build_stage_dataset, verified_rows  # noqa: E402
 from chorus.generate import sample_completions  # noqa: E402
 from chorus.io import read_jsonl, write_jsonl  # noqa: E402
-from chorus.merge import mergekit_config, run_merge  # noqa: E402
+from chorus.merge import METHODS, mergekit_config, run_merge  # noqa: E402
 from chorus.metrics import pass_at_k, per_task_metrics  # noqa: E402
 from chorus.modeling import (  # noqa: E402
     SHAPES,
@@ -36,6 +36,7 @@ from chorus.prompts import build_prompt, extract_stimulus, render_prompt  # noqa
 from chorus.report import summary_table  # noqa: E402
 from chorus.reward import CoverageReward, format_reward  # noqa: E402
 from chorus.rl import train_expert  # noqa: E402
+from chorus.settings import GRPOExpert, SFTStage  # noqa: E402
 from chorus.sft import train_stage  # noqa: E402
 from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks  # noqa: E402
 from chorus.training import kernel_settings, work_dir_for  # noqa: E402
@@ -67,8 +68,8 @@ def stages(base, tmp_path_factory):
         data = root / f"{stage['name']}.jsonl"
         build_stage(TRAIN, stage, data)
         out = root / stage["name"]
-        metrics = train_stage(model, data, out, epochs=stage["epochs"], lr=stage["lr"], batch_size=4,
-                              max_length=2048, use_cpu=True)
+        metrics = train_stage(model, data, out, SFTStage(epochs=stage["epochs"], lr=stage["lr"], batch_size=4),
+                              use_cpu=True)
         outputs.append((out, metrics))
         model = out
     return outputs
@@ -196,8 +197,8 @@ def test_sft_loss_decreases_on_a_fixed_batch(base, tmp_path):
     data = tmp_path / "two.jsonl"
     rows = build_stage_dataset(TRAIN[:2], {"reference": ["easy", "medium", "hard"]}, data)
     assert len(rows) == 2
-    metrics = train_stage(base, data, tmp_path / "fixed", max_steps=5, lr=1e-2, batch_size=2,
-                          lr_scheduler_type="constant", use_cpu=True)
+    metrics = train_stage(base, data, tmp_path / "fixed",
+                          SFTStage(max_steps=5, lr=1e-2, batch_size=2, lr_scheduler_type="constant"), use_cpu=True)
     losses = metrics["losses"]
     assert len(losses) == 5 and losses[-1] < losses[0] * 0.9, losses
     assert metrics["tokens"] > 0 and metrics["tokens_per_s"] > 0
@@ -245,11 +246,11 @@ def test_sft_resumes_from_last_checkpoint(base, tmp_path):
     data = tmp_path / "two.jsonl"
     build_stage_dataset(TRAIN[:2], {"format": True}, data)
     out = tmp_path / "resumed"
-    kwargs = dict(max_steps=3, lr=1e-3, batch_size=2, save_steps=1, use_cpu=True)
+    stage = SFTStage(max_steps=3, lr=1e-3, batch_size=2, save_steps=1)
     with pytest.raises(KeyboardInterrupt):
-        train_stage(base, data, out, callbacks=[Crash()], **kwargs)
+        train_stage(base, data, out, stage, callbacks=[Crash()], use_cpu=True)
     assert not out.exists() and (work_dir_for(out) / "checkpoint-2").is_dir()
-    metrics = train_stage(base, data, out, **kwargs)
+    metrics = train_stage(base, data, out, stage, use_cpu=True)
     assert metrics["resumed_from"].endswith("checkpoint-2") and metrics["steps"] == 3
     assert out.is_dir() and not work_dir_for(out).exists()
 
@@ -261,8 +262,8 @@ def test_grpo_expert_with_simulation_reward(stages, tmp_path):
     sft = stages[-1][0]
     tasks = [t for t in TRAIN if t.difficulty == "easy"][:2]
     metrics = train_expert(
-        sft, tasks, tmp_path / "expert", steps=2, num_generations=2, batch_size=2,
-        max_completion_length=16, sim_workers=2, use_cpu=True,
+        sft, tasks, tmp_path / "expert", GRPOExpert(steps=2, num_generations=2, batch_size=2, max_completion_length=16),
+        sim_workers=2, use_cpu=True,
     )
     assert metrics["steps"] == 2
     calls = metrics["reward_calls"]
@@ -375,7 +376,7 @@ def test_sparse_merges_are_finite_and_new(base, two_models, tmp_path, method):
 
 
 def test_mergekit_config_rules():
-    with pytest.raises(ValueError, match="exactly two"):
+    with pytest.raises(ValueError, match="exactly 2"):
         mergekit_config("slerp", ["a", "b", "c"], None)
     with pytest.raises(ValueError, match="needs the base model"):
         mergekit_config("ties", ["a", "b"], None)
@@ -383,6 +384,20 @@ def test_mergekit_config_rules():
         mergekit_config("average", ["a", "b"], None)
     config = mergekit_config("linear", ["a", "b"], None, {"weights": [0.25, 0.75]})
     assert [m["parameters"]["weight"] for m in config["models"]] == [0.25, 0.75]
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_merge_method_of_the_table_is_a_valid_mergekit_config(method):
+    """METHODS is the one list of merge methods: each row, with its defaults, gives a
+    configuration mergekit accepts, with a base model exactly where the row says."""
+    from mergekit.config import MergeConfiguration
+
+    spec = METHODS[method]
+    models = ["expert_a", "expert_b"][: spec.models or 2]
+    config = mergekit_config(method, models, "sft_base", {})
+    MergeConfiguration.model_validate(config)
+    assert config["merge_method"] == method
+    assert config.get("base_model") == {"none": None, "task_vectors": "sft_base", "first": "expert_a"}[spec.base]
 
 
 # --- metrics ---------------------------------------------------------------------------
