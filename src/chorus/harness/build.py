@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,24 @@ class BuildError(RuntimeError):
     def __init__(self, message: str, log: str = ""):
         super().__init__(message)
         self.log = log
+
+
+# system functions whose values do not follow from the design's inputs: the replay
+# (harness/replay.py) would reach other coverage than the candidate's run did
+_NOT_REPLAYABLE = re.compile(r"\$(random|urandom|urandom_range|dist_\w+|fopen|fread|fgets|fscanf|sscanf)\b")
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def replay_problem(task: Task) -> str | None:
+    """Why the task's design cannot be scored by replaying its inputs, or None: its RTL
+    calls a random-number or file-reading system function, so its behaviour does not
+    follow from its top-level inputs alone."""
+    for path in task.rtl_files:
+        found = _NOT_REPLAYABLE.search(_COMMENT.sub("", Path(path).read_text(errors="replace")))
+        if found:
+            return (f"{Path(path).name} calls {found.group(0)}: the design's behaviour does not follow "
+                    "from its inputs, and candidates are scored by replaying their inputs (docs/task_format.md)")
+    return None
 
 
 def default_cache_dir() -> Path:
@@ -103,6 +122,9 @@ def ensure_build(task: Task, cache_dir: str | Path | None = None, retry_failed: 
     thousands of candidates of a broken design do not each rebuild it; pass
     `retry_failed=True` (or delete the file) to try again.
     """
+    problem = replay_problem(task)
+    if problem:
+        raise BuildError(f"task {task.id} cannot be scored: {problem}")
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(PermissionError):  # a shared cache owned by someone else

@@ -11,7 +11,6 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chorus.harness.coverage import coverage_counts
 from chorus.harness.outputs import (
     COVERAGE_NAME,
     OUT_DIR,
@@ -20,7 +19,7 @@ from chorus.harness.outputs import (
     TRACE_NAME,
     OversizedOutput,
 )
-from chorus.harness.replay import COVERAGE_HEADER, TRACE_MAX_BYTES
+from chorus.harness.replay import TRACE_MAX_BYTES
 from chorus.harness.sandbox import (
     GUARD_DIR,
     SandboxLimits,
@@ -47,8 +46,8 @@ class SandboxResult:
     failure_messages: list[str] = field(default_factory=list)
     trace: bytes | None = None  # the recorded inputs (None: not written)
     trace_oversized: bool = False
-    # Run 1's own coverage: only with direct_coverage=True (tests of the replay)
-    coverage: dict[str, tuple[int, int]] | None = None
+    # Run 1's own coverage.dat: only with direct_coverage=True (tests of the replay)
+    direct_coverage: str | None = None
     confinement: dict = field(default_factory=dict)
 
 
@@ -105,7 +104,8 @@ def simulator_command(
         env["CHORUS_GUARD"] = "1"
     # cocotb's Verilator main writes coverage through Verilated's context, which takes
     # its file name from this plusarg (default: coverage.dat in the cwd)
-    command = [str(Path(build_dir) / toplevel), "--chorus-record", str(out_dir / TRACE_NAME)]
+    command = [str(Path(build_dir) / toplevel), "--chorus-record", str(out_dir / TRACE_NAME),
+               "--chorus-record-limit", str(TRACE_MAX_BYTES)]
     if direct_coverage:
         command += ["--chorus-coverage", f"+verilator+coverage+file+{out_dir / COVERAGE_NAME}"]
     return command, env
@@ -144,13 +144,12 @@ def run_candidate(
     toplevel: str,
     limits: SandboxLimits = SandboxLimits(),
     seed: int = 0,
-    points: dict[str, list[str]] | None = None,
     direct_coverage: bool = False,
 ) -> SandboxResult:
     """Run 1: simulate `stimulus_text` (a cocotb test module) against the build in
     `build_dir`, sandboxed, and keep what it left: the input trace (to replay) and the
     candidate's own test report (a claim). `direct_coverage`: also count the points of
-    `points` in the coverage this run writes itself (tests of the replay only)."""
+    keep the coverage.dat this run writes itself (tests of the replay only)."""
     writes = (RESULTS_NAME, TRACE_NAME, *((COVERAGE_NAME,) if direct_coverage else ()))
     with confined_workdir(limits) as folder:
         # in the candidate's own root every folder on the way is the sandbox's: only
@@ -172,14 +171,11 @@ def run_candidate(
             trace, oversized = None, False
             try:
                 if not outputs.tampered(TRACE_NAME):
-                    trace = outputs.read(TRACE_NAME, min(TRACE_MAX_BYTES, limits.fsize_mb << 20))
+                    # the driver stops recording past TRACE_MAX_BYTES ("overflow")
+                    trace = outputs.read(TRACE_NAME, min(TRACE_MAX_BYTES + (1 << 20), limits.fsize_mb << 20))
             except OversizedOutput:
                 oversized = True
             dat = _read_output(outputs, COVERAGE_NAME, limits.fsize_mb << 20) if direct_coverage else None
-        coverage = (
-            coverage_counts(dat.decode(errors="replace"), points)
-            if dat is not None and points is not None and dat.startswith(COVERAGE_HEADER) else None
-        )
         return SandboxResult(
             returncode=run.returncode,
             timed_out=run.timed_out,
@@ -191,6 +187,6 @@ def run_candidate(
             failure_messages=messages,
             trace=trace,
             trace_oversized=oversized,
-            coverage=coverage,
+            direct_coverage=dat.decode(errors="replace") if dat else None,
             confinement=run.confinement,
         )

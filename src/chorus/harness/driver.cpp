@@ -18,8 +18,10 @@
 // runner would build.
 //
 // Trace format (text): "chorus-inputs 1 <ports>", then one line per evaluation whose
-// inputs changed, "<time> <port>:<hex> ...", then "end <time>" when the run ended
-// normally. <port> indexes chorus_ports.h's table (inputs only).
+// inputs changed, "<time> <port>:<hex> ..." (the first line: every input), then
+// "end <time>"; written only when the run ends normally, "overflow" alone when it
+// grew past --chorus-record-limit bytes. <port> indexes chorus_ports.h's table (inputs
+// only).
 
 #include <cstdint>
 #include <cstdio>
@@ -35,7 +37,13 @@
 #include "chorus_ports.h"  // generated per design: chorus_ports, chorus_get, chorus_set
 
 static vluint64_t main_time = 0;
-static FILE* record_file = nullptr;
+// the trace is kept in memory and written once, at the normal end (O_TRUNC): bytes
+// written into the file before that do not survive, and a run that never reaches its
+// end leaves the file as the scorer made it (empty)
+static const char* record_path = nullptr;
+static std::string record;
+static size_t record_limit = 32u << 20;
+static bool record_overflow = false;
 static bool record_coverage = false;
 static std::vector<uint32_t> last_inputs;  // chorus_words words per port, in port order
 
@@ -46,32 +54,54 @@ void vlog_startup_routines_bootstrap(void);
 }
 
 // -- record ---------------------------------------------------------------------------
-static void write_hex(FILE* out, const uint32_t* words, int count) {
+static void append_hex(const uint32_t* words, int count) {
+    char chunk[16];
     int top = count - 1;
     while (top > 0 && words[top] == 0) top--;
-    fprintf(out, "%x", words[top]);
-    for (int k = top - 1; k >= 0; k--) fprintf(out, "%08x", words[k]);
+    snprintf(chunk, sizeof chunk, "%x", words[top]);
+    record += chunk;
+    for (int k = top - 1; k >= 0; k--) {
+        snprintf(chunk, sizeof chunk, "%08x", words[k]);
+        record += chunk;
+    }
 }
 
 static bool first_step = true;
 
 static void record_step(Vtop* top) {
-    if (!record_file) return;
+    if (!record_path || record_overflow) return;
     uint32_t words[CHORUS_MAX_WORDS];
+    char chunk[32];
     bool started = false;
     for (int i = 0; i < CHORUS_PORT_COUNT; i++) {
         const int count = chorus_ports[i].words;
         uint32_t* last = &last_inputs[chorus_ports[i].offset];
         chorus_get(top, i, words);
         if (!first_step && memcmp(words, last, count * 4) == 0) continue;
-        if (!started) fprintf(record_file, "%llu", (unsigned long long)main_time);
+        if (!started) {
+            snprintf(chunk, sizeof chunk, "%llu", (unsigned long long)main_time);
+            record += chunk;
+        }
         started = true;
-        fprintf(record_file, " %d:", i);
-        write_hex(record_file, words, count);
+        snprintf(chunk, sizeof chunk, " %d:", i);
+        record += chunk;
+        append_hex(words, count);
         memcpy(last, words, count * 4);
     }
     first_step = false;
-    if (started) fputc('\n', record_file);
+    if (started) record += '\n';
+    if (record.size() > record_limit) record_overflow = true;
+}
+
+static void write_record() {
+    if (!record_path) return;
+    FILE* out = fopen(record_path, "w");
+    if (!out) { fprintf(stderr, "chorus: cannot write %s\n", record_path); return; }
+    char chunk[48];
+    snprintf(chunk, sizeof chunk, record_overflow ? "overflow\n" : "end %llu\n", (unsigned long long)main_time);
+    if (!record_overflow) fwrite(record.data(), 1, record.size(), out);
+    fputs(chunk, out);
+    fclose(out);
 }
 
 static inline bool settle_value_callbacks() {
@@ -123,10 +153,7 @@ static int run_cocotb(Vtop* top) {
     }
     top->final();
     wrap_up();
-    if (record_file) {
-        fprintf(record_file, "end %llu\n", (unsigned long long)main_time);
-        fflush(record_file);
-    }
+    write_record();
     return Verilated::threadContextp()->errorCount() > 0 ? 1 : 0;
 }
 
@@ -213,12 +240,12 @@ static int run_replay(Vtop* top, const char* path) {
 }
 
 int main(int argc, char** argv) {
-    const char* record_path = nullptr;
     const char* replay_path = nullptr;
     for (int i = 1; i < argc; i++) {
         std::string arg = argv[i];
         if (arg == "--chorus-record" && i + 1 < argc) record_path = argv[++i];
         else if (arg == "--chorus-replay" && i + 1 < argc) replay_path = argv[++i];
+        else if (arg == "--chorus-record-limit" && i + 1 < argc) record_limit = strtoull(argv[++i], nullptr, 10);
         else if (arg == "--chorus-coverage") record_coverage = true;
     }
     Verilated::commandArgs(argc, argv);
@@ -227,9 +254,9 @@ int main(int argc, char** argv) {
     last_inputs.assign(CHORUS_TOTAL_WORDS, 0);
     if (replay_path) return run_replay(top.get(), replay_path);
     if (record_path) {
-        record_file = fopen(record_path, "w");  // the scorer's file, opened with O_TRUNC
-        if (!record_file) { fprintf(stderr, "chorus: cannot write %s\n", record_path); return 2; }
-        fprintf(record_file, "chorus-inputs 1 %d\n", CHORUS_PORT_COUNT);
+        char header[48];
+        snprintf(header, sizeof header, "chorus-inputs 1 %d\n", CHORUS_PORT_COUNT);
+        record = header;
     }
     return run_cocotb(top.get());
 }

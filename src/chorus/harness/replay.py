@@ -45,6 +45,10 @@ class TraceError(ValueError):
     wider than its port, a port that is not an input)."""
 
 
+class TraceOverflow(TraceError):
+    """Run 1 recorded more than TRACE_MAX_BYTES of input changes."""
+
+
 def input_ports(vtop_header: str) -> list[Port]:
     """The top-level input ports of a Verilated model, in declaration order."""
     ports = []
@@ -100,6 +104,8 @@ def canonical_trace(data: bytes, widths: list[int]) -> tuple[str, bool]:
     except UnicodeDecodeError as err:
         raise TraceError("not ASCII") from err
     lines = text.split("\n")
+    if lines[0] == "overflow":
+        raise TraceOverflow(f"more than {TRACE_MAX_BYTES} bytes of input changes")
     if lines[0] != f"chorus-inputs {TRACE_VERSION} {len(widths)}":
         raise TraceError(f"bad header {lines[0][:80]!r}")
     out = [lines[0]]
@@ -153,6 +159,7 @@ class ReplayRun:
     timed_out: bool
     wall_s: float
     log: str
+    text: str | None = None  # the coverage.dat written (keep_text=True)
 
 
 def _limit(mem_mb: int, cpu_s: int):
@@ -164,7 +171,8 @@ def _limit(mem_mb: int, cpu_s: int):
 
 
 def replay(binary: Path, trace: str, points: dict[str, list[str]] | None, *,
-           timeout_s: float = 60.0, mem_mb: int = 2048, max_coverage_bytes: int = 64 << 20) -> ReplayRun:
+           timeout_s: float = 60.0, mem_mb: int = 2048, max_coverage_bytes: int = 64 << 20,
+           keep_text: bool = False) -> ReplayRun:
     """Run 2: simulate the checked `trace` with the design's own binary in replay mode
     (our code only) in a private temporary folder, and count the coverage points of
     `points` it reaches. The process is killed at `timeout_s`."""
@@ -183,10 +191,11 @@ def replay(binary: Path, trace: str, points: dict[str, list[str]] | None, *,
             timed_out = True
             proc.kill()
             log, _ = proc.communicate()
-        coverage = None
+        coverage, text = None, None
         if proc.returncode == 0 and dat.is_file() and dat.stat().st_size <= max_coverage_bytes:
-            text = dat.read_bytes()
-            if text.startswith(COVERAGE_HEADER):
-                coverage = coverage_counts(text.decode(errors="replace"), points) if points is not None else {}
+            data = dat.read_bytes()
+            if data.startswith(COVERAGE_HEADER):
+                text = data.decode(errors="replace")
+                coverage = coverage_counts(text, points) if points is not None else {}
         return ReplayRun(coverage, proc.returncode, timed_out, time.monotonic() - start,
-                         log[-1500:].decode(errors="replace"))
+                         log[-1500:].decode(errors="replace"), text if keep_text else None)

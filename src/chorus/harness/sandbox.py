@@ -50,6 +50,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -133,50 +134,121 @@ def _workdir_parent(as_root: bool) -> str:
     return str(parent)
 
 
-def remove_tree(path: str | Path) -> None:
+def remove_tree(path: str | Path, deadline: float | None = None) -> bool:
     """Remove the folder `path` and all in it, however deep (a candidate can nest folders
     thousands of levels down, past PATH_MAX and past the recursion of shutil.rmtree) and
-    whatever modes it left. One descriptor at a time walks down (openat) and back up
-    ("..") and only the names on the way are remembered, so neither a path nor a chain
-    of descriptors grows with the depth. For a folder no live process writes to."""
+    however wide (50,000 sibling folders), whatever modes it left. One descriptor at a
+    time walks down (openat) and back up (".."); each folder is listed once, and the
+    names of its subfolders still to visit are kept per level, so the work is linear in
+    the number of entries. Stops at `deadline` (time.monotonic()) and returns False with
+    the rest left in place; True once `path` is gone (also when something else removed
+    it first). For a folder no live process writes to."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    with contextlib.suppress(PermissionError):
+    with contextlib.suppress(OSError):
         os.chmod(path, 0o700)
-    names: list[str] = []  # the way down from `path`, one folder name per level
-    fd = os.open(path, flags)
     try:
-        while True:
-            entries = list(os.scandir(fd))
-            for entry in entries:
-                if not entry.is_dir(follow_symlinks=False):
-                    os.unlink(entry.name, dir_fd=fd)
-            deeper = next((e.name for e in entries if e.is_dir(follow_symlinks=False)), None)
-            if deeper is not None:
-                with contextlib.suppress(PermissionError):
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return True
+    names: list[str] = []  # the way down from `path`, one folder name per level
+    pending: list[list[str]] = [_clear_files(fd)]  # per level: subfolders not yet removed
+    try:
+        while pending:
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            if pending[-1]:
+                deeper = pending[-1].pop()
+                with contextlib.suppress(OSError):
                     os.chmod(deeper, 0o700, dir_fd=fd)  # a folder the candidate made unreadable
-                child = os.open(deeper, flags, dir_fd=fd)
+                try:
+                    child = os.open(deeper, flags, dir_fd=fd)
+                except FileNotFoundError:
+                    continue
                 os.close(fd)
                 fd = child
                 names.append(deeper)
-            elif names:
+                pending.append(_clear_files(fd))
+            else:
+                pending.pop()
+                if not names:
+                    break
                 parent = os.open("..", flags, dir_fd=fd)
                 os.close(fd)
                 fd = parent
-                os.rmdir(names.pop(), dir_fd=fd)
-            else:
-                break
+                with contextlib.suppress(FileNotFoundError):
+                    os.rmdir(names.pop(), dir_fd=fd)
     finally:
         os.close(fd)
-    os.rmdir(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(path)
+    return True
+
+
+def _clear_files(fd: int) -> list[str]:
+    """Unlink every non-folder in the folder open as `fd`; the names of its subfolders."""
+    folders = []
+    for entry in os.scandir(fd):
+        if entry.is_dir(follow_symlinks=False):
+            folders.append(entry.name)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.name, dir_fd=fd)
+    return folders
+
+
+CLEANUP_WAIT_S = 5.0  # the longest a scorer waits on removing a candidate's folder
+TRASH_DIR = ".chorus-trash"
+
+
+def discard_tree(path: str | Path, wait_s: float = CLEANUP_WAIT_S) -> None:
+    """Remove a candidate's folder, waiting at most `wait_s`: what is left then is moved
+    (one rename) into the trash folder beside it and removed by a background thread,
+    so no shape of the candidate's files holds up the scorer. The trash of a scorer
+    killed before its thread finished is removed by the next one's."""
+    if remove_tree(path, time.monotonic() + wait_s):
+        return
+    trash = Path(path).parent / TRASH_DIR
+    try:
+        trash.mkdir(mode=0o700, exist_ok=True)
+        os.rename(path, trash / Path(path).name)
+    except OSError:  # a trash folder of another user: remove it where it is, in the background
+        threading.Thread(target=remove_tree, args=(path,), name="chorus-trash", daemon=True).start()
+        return
+    _start_trash_sweeper(trash)
+
+
+_sweeper_lock = threading.Lock()
+_sweeping: set[str] = set()
+
+
+def _start_trash_sweeper(trash: Path) -> None:
+    with _sweeper_lock:
+        if str(trash) in _sweeping:
+            return
+        _sweeping.add(str(trash))
+
+    def sweep() -> None:
+        try:
+            for _ in range(3):  # what another scorer moves in meanwhile; nothing endless
+                for name in os.listdir(trash):
+                    with contextlib.suppress(OSError):
+                        remove_tree(trash / name)
+        finally:
+            with _sweeper_lock:
+                _sweeping.discard(str(trash))
+
+    threading.Thread(target=sweep, name="chorus-trash", daemon=True).start()
 
 
 @contextlib.contextmanager
 def _candidate_folder(parent: str):
+    if (Path(parent) / TRASH_DIR).is_dir():  # left by a scorer killed while it removed
+        _start_trash_sweeper(Path(parent) / TRASH_DIR)
     folder = tempfile.mkdtemp(prefix="chorus-cand-", dir=parent)
     try:
         yield folder
     finally:
-        remove_tree(folder)
+        discard_tree(folder)
 
 
 def processes_of_uid(uid: int) -> list[int]:

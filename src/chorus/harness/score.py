@@ -13,7 +13,7 @@ from pathlib import Path
 
 from chorus.harness.build import BuildError, ensure_build, load_points_manifest
 from chorus.harness.cocotb_run import SandboxResult, run_candidate
-from chorus.harness.replay import TraceError, canonical_trace, replay
+from chorus.harness.replay import TraceError, TraceOverflow, canonical_trace, replay
 from chorus.harness.sandbox import SandboxLimits
 from chorus.harness.svtb import ensure_sv_build, score_testbench
 from chorus.harness.timeouts import TimeoutPolicy, task_limits
@@ -72,7 +72,7 @@ def score(
         return SimResult(task.id, False, 0.0, "build_error", detail=str(err))
     try:
         limits = task_limits(task, build_dir, limits or SandboxLimits(), timeouts)
-        run = run_candidate(stimulus_text, build_dir, task.toplevel, limits, seed, points)
+        run = run_candidate(stimulus_text, build_dir, task.toplevel, limits, seed)
         return judge(task, run, build_dir, points, limits)
     except Exception as err:  # the sandbox itself failed: report, never crash the caller
         return SimResult(task.id, False, 0.0, "sandbox_error", detail=repr(err))
@@ -127,6 +127,8 @@ def replay_verdict(task: Task, run: SandboxResult, build_dir: Path, points: dict
         return failed(task, "runtime_error", "the simulation recorded no inputs (it ended abnormally)")
     try:
         trace, ended = canonical_trace(run.trace, [p["width"] for p in load_input_ports(build_dir)])
+    except TraceOverflow as err:
+        return failed(task, "output_limit", f"the stimulus changed the inputs too often: {err}")
     except TraceError as err:
         return failed(task, "runtime_error", f"input trace rejected: {err}")
     if not ended:
