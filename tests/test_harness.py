@@ -103,7 +103,8 @@ def test_bad_rtl_is_a_build_error_and_not_rebuilt(tmp_path):
 
 
 def _simulate_unsandboxed(task, build: Path, stimulus: Path, workdir: Path) -> Path:
-    """Our own trusted stimulus through cocotb's runner: a real coverage.dat to read."""
+    """Our own trusted stimulus through cocotb's runner (the build's binary is the chorus
+    driver, which cocotb starts as it would its own main): a real coverage.dat to read."""
     setup_verilator_env()
     from cocotb_tools.runner import get_runner
 
@@ -117,6 +118,7 @@ def _simulate_unsandboxed(task, build: Path, stimulus: Path, workdir: Path) -> P
             build_dir=str(build),
             test_dir=str(workdir),
             log_file=str(workdir / "sim.log"),
+            test_args=["--chorus-coverage"],  # the chorus driver writes coverage when asked
         )
     finally:
         sys.path.remove(str(workdir))

@@ -113,3 +113,80 @@ def test_a_design_that_draws_random_numbers_is_refused(tmp_path):
                                            "  wire [31:0] noise = $urandom;\nendmodule"))
     result = score(load_task(folder), "import cocotb\n")
     assert result.status == "build_error" and "$urandom" in result.detail and "replaying" in result.detail
+
+
+MULTI_TOP = """module mf_top (
+  input  logic         clk,
+  input  logic         rst,
+  input  logic [39:0]  key,
+  input  logic [99:0]  wide,
+  input  logic [3:0]   sel,
+  output logic [7:0]   q
+);
+  logic [7:0] mixed;
+  mf_mix u_mix (.a(key[7:0] ^ wide[99:92]), .b(wide[7:0]), .sel(sel), .y(mixed));
+  always_ff @(posedge clk) begin
+    if (rst) q <= '0;
+    else if (key[39]) q <= mixed;
+    else if (wide[64]) q <= q + 8'd1;
+  end
+endmodule
+"""
+MULTI_SUB = """module mf_mix (input logic [7:0] a, input logic [7:0] b, input logic [3:0] sel,
+               output logic [7:0] y);
+  always_comb begin
+    case (sel)
+      4'd0: y = a & b;
+      4'd1: y = a | b;
+      4'd2: y = a ^ b;
+      default: y = a + b;
+    endcase
+  end
+endmodule
+"""
+MULTI_STIMULUS = """import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import FallingEdge, RisingEdge, ReadWrite, Timer
+
+
+@cocotb.test()
+async def drive(dut):
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value = 1
+    dut.key.value = 0
+    dut.wide.value = 0
+    dut.sel.value = 0
+    await RisingEdge(dut.clk)
+    dut.rst.value = 0
+    for step in range(40):
+        await RisingEdge(dut.clk)  # written in the edge's own time step, after it
+        dut.key.value = (step * 0x9E3779B1) & ((1 << 40) - 1) | ((step & 1) << 39)
+        dut.wide.value = (step * 0x1234567890ABCDEF1234567) & ((1 << 100) - 1)
+        await ReadWrite()
+        dut.sel.value = step % 5  # and once more in the same time step
+        await FallingEdge(dut.clk)
+        if step % 7 == 0:
+            await Timer(3, unit="ns")
+            dut.sel.value = 15
+"""
+
+
+def test_replay_equals_direct_coverage_for_a_multi_file_design_with_wide_ports(tmp_path):
+    """Two files (a submodule instance), ports of 40 and 100 bits, inputs written right
+    after a clock edge in its own time step, twice in one step, and between edges."""
+    folder = tmp_path / "mf_top"
+    (folder / "rtl").mkdir(parents=True)
+    (folder / "stimulus").mkdir()
+    (folder / "rtl" / "mf_top.sv").write_text(MULTI_TOP)
+    (folder / "rtl" / "mf_mix.sv").write_text(MULTI_SUB)
+    (folder / "stimulus" / "reference.py").write_text(MULTI_STIMULUS)
+    (folder / "stimulus" / "trivial.py").write_text(MULTI_STIMULUS.replace("range(40)", "range(2)"))
+    (folder / "spec.md").write_text("A two-file test design.\n")
+    (folder / "task.yaml").write_text(
+        "id: mf_top\ntitle: two files\ndifficulty: easy\nsplit: test\ntoplevel: mf_top\n"
+        "rtl: [rtl/mf_top.sv, rtl/mf_mix.sv]\ncoverage_target:\n  line: 1.0\n  toggle: 0.5\n"
+    )
+    task = load_task(folder)
+    assert [p["width"] for p in load_input_ports(ensure_build(task))] == [1, 1, 40, 100, 4]
+    for name in ("reference", "trivial"):
+        assert_equivalent(task, (folder / "stimulus" / f"{name}.py").read_text())

@@ -234,12 +234,18 @@ def _run_build(task: Task, build_dir: Path, log_path: Path) -> None:
         "-LDFLAGS", f"-Wl,-rpath,{libs} -L{libs} -lcocotbvpi_verilator",
         *build_flags(task), str(build_dir / DRIVER_NAME), *(str(p.resolve()) for p in task.rtl_files),
     ]
+    make = ["make", "-j", str(min(4, os.cpu_count() or 1)), "-C", str(build_dir), "-f", "Vtop.mk", "VM_TRACE=0"]
     with open(log_path, "w") as log:
-        subprocess.run(verilate, cwd=build_dir, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
+        _build_step(verilate, build_dir, env, log)
         ports = input_ports((build_dir / "Vtop.h").read_text())
         (build_dir / PORTS_HEADER).write_text(ports_header(ports))
         _atomic_write(build_dir / PORTS_MANIFEST, json.dumps([{"name": p.name, "width": p.width} for p in ports]))
-        subprocess.run(
-            ["make", "-j", str(min(4, os.cpu_count() or 1)), "-C", str(build_dir), "-f", "Vtop.mk", "VM_TRACE=0"],
-            cwd=build_dir, env=env, stdout=log, stderr=subprocess.STDOUT, check=True,
-        )
+        _build_step(make, build_dir, env, log)
+
+
+def _build_step(command: list[str], build_dir: Path, env: dict, log) -> None:
+    """Run one build command; a non-zero exit is reported as cocotb's runner reports it
+    (compiler_rejected)."""
+    done = subprocess.run(command, cwd=build_dir, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"Command failed with return code: {done.returncode}")
