@@ -430,11 +430,15 @@ def assert_removed_in_time(sandbox_dir: Path, wait_s: float = 120) -> None:
     what the scorer did not wait for (sandbox.discard_tree) has finished."""
     end = time.monotonic() + wait_s
     while time.monotonic() < end:
-        left = [p for p in sandbox_dir.rglob("*") if p.name.startswith("chorus-cand-")]
+        left = list(sandbox_dir.iterdir())
         if not left:
             return
         time.sleep(0.5)
-    raise AssertionError(f"left behind: {left}")
+    import threading
+
+    inside = [p.name for folder in left if folder.is_dir() for p in list(folder.iterdir())[:3]]
+    sweepers = [t.name for t in threading.enumerate() if t.name == "chorus-trash"]
+    raise AssertionError(f"left behind: {left} holding {inside}; sweepers alive: {sweepers}")
 
 
 @pytest.mark.parametrize("shape", ["deep", "wide"])
@@ -556,8 +560,9 @@ def unprivileged(task):
 
 
 def test_the_hostile_suite_holds_for_an_unprivileged_scorer(unprivileged):
-    """Every test of this file, run by a scorer that is not root: the same attacks fail
-    the same way, guard on and off, and leave nothing behind."""
+    """Every test of this file and of test_integrity_outputs.py (the output and replay
+    attacks, issue 32's included), run by a scorer that is not root: the same attacks
+    fail the same way, guard on and off, and leave nothing behind."""
     prefix, env = unprivileged
     if os.environ.get("CHORUS_SANDBOX_SUITE_UNPRIVILEGED"):
         pytest.skip("already the unprivileged run")
@@ -566,8 +571,10 @@ def test_the_hostile_suite_holds_for_an_unprivileged_scorer(unprivileged):
     if '"user"' not in probe.stdout:
         pytest.skip(f"unprivileged user namespaces are disabled here: {probe.stdout}")
     inner = subprocess.run(
-        [*prefix, sys.executable, "-m", "pytest", __file__, "-q", "-rs", "-p", "no:cacheprovider",
-         "-k", "not unprivileged and not no_user_namespaces and not never_runs_a_candidate_as_root"],
+        [*prefix, sys.executable, "-m", "pytest", __file__, str(REPO / "tests" / "test_integrity_outputs.py"),
+         "-q", "-rs", "-p", "no:cacheprovider",
+         "-k", "not unprivileged and not no_user_namespaces and not never_runs_a_candidate_as_root"
+               " and not cannot_be_replaced_or_write_protected"],  # that one needs the uid drop
         cwd=REPO, env={**env, "CHORUS_SANDBOX_SUITE_UNPRIVILEGED": "1"},
         capture_output=True, text=True, timeout=1500,
     )

@@ -12,7 +12,7 @@ inputs really reach.
 
 from __future__ import annotations
 
-import os
+import contextlib
 import re
 import resource
 import subprocess
@@ -162,12 +162,13 @@ class ReplayRun:
     text: str | None = None  # the coverage.dat written (keep_text=True)
 
 
-def _limit(mem_mb: int, cpu_s: int):
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return apply
+def _limit(pid: int, mem_mb: int, cpu_s: int) -> None:
+    """rlimits on the started replay (set from outside: a preexec_fn is not safe in the
+    threads of score_many; the first milliseconds before they apply run our own code)."""
+    with contextlib.suppress(ProcessLookupError):
+        resource.prlimit(pid, resource.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
+        resource.prlimit(pid, resource.RLIMIT_CPU, (cpu_s, cpu_s))
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
 
 
 def replay(binary: Path, trace: str, points: dict[str, list[str]] | None, *,
@@ -182,8 +183,8 @@ def replay(binary: Path, trace: str, points: dict[str, list[str]] | None, *,
         trace_path.write_text(trace)
         command = [str(binary), "--chorus-replay", str(trace_path), f"+verilator+coverage+file+{dat}"]
         proc = subprocess.Popen(command, cwd=tmp, env={"PATH": "/usr/bin:/bin", "LANG": "C"},
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                preexec_fn=_limit(mem_mb, int(timeout_s) + 5))
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        _limit(proc.pid, mem_mb, int(timeout_s) + 5)
         timed_out = False
         try:
             log, _ = proc.communicate(timeout=timeout_s)

@@ -185,14 +185,19 @@ def remove_tree(path: str | Path, deadline: float | None = None) -> bool:
 
 
 def _clear_files(fd: int) -> list[str]:
-    """Unlink every non-folder in the folder open as `fd`; the names of its subfolders."""
+    """Unlink every non-folder and remove every empty folder in the folder open as `fd`;
+    the names of the subfolders left to walk into."""
     folders = []
     for entry in os.scandir(fd):
-        if entry.is_dir(follow_symlinks=False):
-            folders.append(entry.name)
-        else:
-            with contextlib.suppress(FileNotFoundError):
+        try:
+            if not entry.is_dir(follow_symlinks=False):
                 os.unlink(entry.name, dir_fd=fd)
+            else:
+                os.rmdir(entry.name, dir_fd=fd)  # most folders are empty: no walk
+        except FileNotFoundError:
+            pass
+        except OSError:  # not empty, or not ours to remove yet (a read-only folder)
+            folders.append(entry.name)
     return folders
 
 
@@ -222,22 +227,35 @@ _sweeping: set[str] = set()
 
 
 def _start_trash_sweeper(trash: Path) -> None:
+    """A background thread that empties `trash` (one per folder at a time); what is
+    moved in while it runs is removed by it too (it decides to stop under the lock its
+    starters take)."""
     with _sweeper_lock:
         if str(trash) in _sweeping:
             return
         _sweeping.add(str(trash))
 
     def sweep() -> None:
-        try:
-            for _ in range(3):  # what another scorer moves in meanwhile; nothing endless
-                for name in os.listdir(trash):
-                    with contextlib.suppress(OSError):
-                        remove_tree(trash / name)
-        finally:
+        while True:
+            removed = False
+            for name in _listing(trash):
+                with contextlib.suppress(OSError):  # one that cannot go: left to the next sweep
+                    removed = remove_tree(trash / name) or removed
             with _sweeper_lock:
-                _sweeping.discard(str(trash))
+                if not removed or not _listing(trash):
+                    _sweeping.discard(str(trash))
+                    break
+        with contextlib.suppress(OSError):  # not empty: moved in meanwhile, or stuck
+            os.rmdir(trash)
 
     threading.Thread(target=sweep, name="chorus-trash", daemon=True).start()
+
+
+def _listing(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except FileNotFoundError:
+        return []
 
 
 @contextlib.contextmanager

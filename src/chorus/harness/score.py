@@ -104,8 +104,8 @@ def run1_failure(task: Task, run: SandboxResult) -> SimResult | None:
     tail = run.log_tail[-1500:]
     if run.timed_out:
         return failed(task, "timeout", "wall-clock limit reached")
-    if run.output_limited or run.trace_oversized:
-        return failed(task, "output_limit", "the stimulus wrote more output (log or input trace) than allowed")
+    if run.output_limited:
+        return failed(task, "output_limit", "the stimulus wrote more output than allowed")
     failures = " | ".join(run.failure_messages)
     if any(m in failures or m in tail for m in _MEMORY_MARKERS):
         return failed(task, "memory", (failures or tail)[-1500:])
@@ -123,6 +123,8 @@ def replay_verdict(task: Task, run: SandboxResult, build_dir: Path, points: dict
     """Run 2: check the recorded inputs, replay them, judge the coverage they reach."""
     from chorus.harness.build import load_input_ports
 
+    if run.trace_oversized:
+        return failed(task, "output_limit", "the input trace is larger than the scorer reads")
     if run.trace is None:
         return failed(task, "runtime_error", "the simulation recorded no inputs (it ended abnormally)")
     try:
