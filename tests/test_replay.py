@@ -16,7 +16,7 @@ from chorus.harness.coverage import parse_coverage_points, point_id
 from chorus.harness.replay import TraceError, canonical_trace, input_ports, replay
 from chorus.synth import all_families
 from chorus.synth.corpus import design_rng, make_design, task_id, write_task
-from chorus.tasks import DEFAULT_TASK_ROOT, load_task, load_tasks
+from chorus.tasks import DEFAULT_TASK_ROOT, load_task
 
 SHIPPED = sorted(DEFAULT_TASK_ROOT.glob("*/task.yaml"))
 

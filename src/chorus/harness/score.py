@@ -1,4 +1,5 @@
-"""Score candidate stimuli: simulate in the sandbox, read coverage, decide pass/fail."""
+"""Score candidate stimuli: simulate in the sandbox (Run 1), replay its recorded inputs
+without candidate code (Run 2, harness/replay.py), judge the replay's coverage (verdict.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from chorus.harness.verdict import (  # noqa: F401  (SimResult, STATUSES: the ha
     points_for,
     with_averages,
 )
-from chorus.tasks import AVERAGE, Task
+from chorus.tasks import Task
 
 _MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
 
