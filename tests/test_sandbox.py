@@ -425,7 +425,7 @@ WIDE_TREE = """
 """
 
 
-def assert_removed_in_time(sandbox_dir: Path, wait_s: float = 120) -> None:
+def assert_removed_in_time(sandbox_dir: Path, wait_s: float = 300) -> None:
     """The candidate's folder is gone, at the latest once the background removal of
     what the scorer did not wait for (sandbox.discard_tree) has finished."""
     end = time.monotonic() + wait_s

@@ -151,10 +151,10 @@ def remove_tree(path: str | Path, deadline: float | None = None) -> bool:
     except FileNotFoundError:
         return True
     names: list[str] = []  # the way down from `path`, one folder name per level
-    pending: list[list[str]] = [_clear_files(fd)]  # per level: subfolders not yet removed
+    pending: list[list[str] | None] = [_clear_files(fd, deadline)]  # per level: subfolders left
     try:
         while pending:
-            if deadline is not None and time.monotonic() > deadline:
+            if pending[-1] is None or (deadline is not None and time.monotonic() > deadline):
                 return False
             if pending[-1]:
                 deeper = pending[-1].pop()
@@ -167,7 +167,7 @@ def remove_tree(path: str | Path, deadline: float | None = None) -> bool:
                 os.close(fd)
                 fd = child
                 names.append(deeper)
-                pending.append(_clear_files(fd))
+                pending.append(_clear_files(fd, deadline))
             else:
                 pending.pop()
                 if not names:
@@ -184,11 +184,13 @@ def remove_tree(path: str | Path, deadline: float | None = None) -> bool:
     return True
 
 
-def _clear_files(fd: int) -> list[str]:
+def _clear_files(fd: int, deadline: float | None) -> list[str] | None:
     """Unlink every non-folder and remove every empty folder in the folder open as `fd`;
-    the names of the subfolders left to walk into."""
+    the names of the subfolders left to walk into, or None when `deadline` passed first."""
     folders = []
-    for entry in os.scandir(fd):
+    for count, entry in enumerate(os.scandir(fd)):
+        if deadline is not None and count % 256 == 255 and time.monotonic() > deadline:
+            return None
         try:
             if not entry.is_dir(follow_symlinks=False):
                 os.unlink(entry.name, dir_fd=fd)
