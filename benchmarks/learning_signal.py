@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 import logging
 import os
 import random
@@ -191,6 +192,7 @@ def phase_build(args, train, evaluation) -> dict:
 
 
 def phase_sft(args, train, evaluation) -> dict:
+    from chorus.settings import SFTStage
     from chorus.sft import train_stage
 
     data = args.work / "sft_train.jsonl"
@@ -203,10 +205,10 @@ def phase_sft(args, train, evaluation) -> dict:
     rows += [sft_row(t, t.reference_stimulus.read_text(), "reference") for t in train if t.source == "shipped"]
     write_jsonl(data, rows)
     timings: dict = {}
+    stage = SFTStage(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, max_length=args.max_length,
+                     attention="sdpa", liger_kernel=False, packing=False, warmup=0.03, save_steps=100)
     metrics = timed(timings, "train_s", lambda: train_stage(
-        base_model(args), data, args.work / "sft_model", epochs=args.epochs, lr=args.lr,
-        batch_size=args.batch_size, max_length=args.max_length, device="cpu" if args.smoke else None,
-        attn="sdpa", liger=False, packing=False, warmup=0.03, save_steps=100))
+        base_model(args), data, args.work / "sft_model", stage, device="cpu" if args.smoke else None))
     return {"rows": len(rows), "rows_by_source": dict(Counter(r["source"] for r in rows)),
             "designs": len({r["task_id"] for r in rows}),
             **{k: metrics.get(k) for k in ("steps", "first_loss", "last_loss", "tokens", "tokens_per_s")},
@@ -215,23 +217,20 @@ def phase_sft(args, train, evaluation) -> dict:
 
 def phase_rl(args, train, evaluation, reward: str) -> dict:
     from chorus.rl import train_expert
+    from chorus.settings import GRPOExpert
 
     sandbox, timeouts = limits(args)
+    expert = GRPOExpert(name=f"rl_{reward}", reward=reward, num_generations=args.rl_generations,
+                        max_completion_length=args.rl_max_completion, steps=args.rl_steps, lr=args.rl_lr,
+                        beta=0.0, temperature=args.rl_temperature, batch_size=args.rl_batch,
+                        steps_per_generation=args.rl_steps_per_generation, save_steps=args.rl_steps)
+    out = args.work / ("rl_model" if reward == "dense" else "rl_binary_model")
     timings: dict = {}
     metrics = timed(timings, "train_s", lambda: train_expert(
-        args.work / "sft_model", train, args.work / ("rl_model" if reward == "dense" else "rl_binary_model"),
-        reward=reward,
-        num_generations=args.rl_generations, max_completion_length=args.rl_max_completion,
-        steps=args.rl_steps, lr=args.rl_lr, beta=0.0, temperature=args.rl_temperature,
-        batch_size=args.rl_batch, steps_per_generation=args.rl_steps_per_generation,
-        sim_workers=args.workers, sim_limits=sandbox, sim_timeouts=timeouts,
-        device="cpu" if args.smoke else None, save_steps=args.rl_steps))
+        args.work / "sft_model", train, out, expert, sim_workers=args.workers, sim_limits=sandbox,
+        sim_timeouts=timeouts, device="cpu" if args.smoke else None))
     calls = metrics["reward_calls"]
-    return {"reward": reward, "tasks": len(train), "steps": args.rl_steps, "lr": args.rl_lr,
-            "num_generations": args.rl_generations, "batch": args.rl_batch,
-            "steps_per_generation": args.rl_steps_per_generation,
-            "max_completion_length": args.rl_max_completion, "temperature": args.rl_temperature,
-            "trained_steps": metrics["steps"], "breakdown": metrics["breakdown"],
+    return {"expert": asdict(expert), "tasks": len(train), "trained_steps": metrics["steps"], "breakdown": metrics["breakdown"],
             # the training reward per rollout batch: does it move?
             "reward_per_call": [{k: c[k] for k in ("step", "mean_reward", "passed", "n", "statuses")} for c in calls],
             **timings}

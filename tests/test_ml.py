@@ -290,7 +290,7 @@ def test_coverage_reward_dense_and_binary():
     broken = ref[:-3] + "\n\n@cocotb.test()\nasync def then_fails(dut):\n    raise RuntimeError('broken')\n```"
     dense = reward([ref, weak, "nonsense", broken], task_id=[task.id] * 4)
     assert dense[0] == 1.0 and 0 < dense[1] < 1 and dense[2] == 0.0 and dense[3] == 0.0
-    assert reward.calls[-1]["statuses"]["runtime_error"] == 1
+    assert reward.calls[-1]["statuses"]["runtime_error"] == 2  # "nonsense" (no test) and the broken one
     binary = CoverageReward([task], "binary", workers=2)([ref, weak], task_id=[task.id] * 2)
     assert binary == [1.0, 0.0]
     conversational = [[{"role": "assistant", "content": ref}]]

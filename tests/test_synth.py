@@ -300,7 +300,7 @@ def test_programmatic_reference_is_a_short_verified_variant(tmp_path, verified):
         assert ast.literal_eval(table) == {p.name: p.width for p in design.inputs}
         for port in design.inputs:
             assert f"| `{port.name}` | input | {width_text(port)} |" in task.spec
-        assert len(text) < 2000 and len(text) < max(len(p.read_text()) for p in task.references())
+        assert len(text) < 2000  # one short shape for every design
     shipped = load_tasks(DEFAULT_TASK_ROOT, "train")[:2]
     rows = build_stage_dataset(shipped + list(tasks.values()), {"program": True}, tmp_path / "program.jsonl")
     programs = [r for r in rows if r["source"] == "program"]

@@ -20,6 +20,10 @@ run() {
   local ls=(python3 benchmarks/learning_signal.py --model /root/smollm2-135m
             --tasks results/smollm2_h200/tasks/manifest.json --work "$WORK" --out "$WORK/learning_signal.json")
   [ -d results/smollm2_h200 ] || tar -xzf benchmarks/data/corpus_smollm2_h200.tar.gz
+  # the verdicts of the 2026-12-06 run, keyed by each program's hash: programs of this
+  # code that were verified then are not simulated again (a changed program is)
+  [ -e "$WORK/scores_program_sft.jsonl.partial" ] || [ -e "$WORK/verify.json" ] ||
+    zcat benchmarks/data/learning_signal_verified_programs.jsonl.gz > "$WORK/scores_program_sft.jsonl.partial"
   "${ls[@]}" --phases verify > "$WORK/verify.log" 2>&1
   "${ls[@]}" --phases build > "$WORK/build.log" 2>&1 &
   local build=$!

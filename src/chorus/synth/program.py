@@ -79,6 +79,16 @@ _DRAW = [
     "",
 ]
 
+# every bit of every input both ways (toggle coverage of the inputs and what they feed)
+_SWEEP = [
+    "    for name, width in INPUTS.items():  # every bit both ways",
+    "        for bit in range(width):",
+    "            await apply(dut, {name: 1 << bit})",
+    "        await apply(dut, {name: (1 << width) - 1})",
+    "        await apply(dut, {name: 0})",
+    "    rng = random.Random(1)",
+]
+
 
 def _comb_body(budget: Budget, test_name: str) -> list[str]:
     return _DRAW + [
@@ -91,12 +101,7 @@ def _comb_body(budget: Budget, test_name: str) -> list[str]:
         "@cocotb.test()",
         f"async def {test_name}(dut):",
         "    await apply(dut, {name: 0 for name in INPUTS})",
-        "    for name, width in INPUTS.items():  # every bit both ways",
-        "        for bit in range(width):",
-        "            await apply(dut, {name: 1 << bit})",
-        "        await apply(dut, {name: (1 << width) - 1})",
-        "        await apply(dut, {name: 0})",
-        "    rng = random.Random(1)",
+        *_SWEEP,
         f"    for _ in range({budget.phases * budget.cycles_per_phase}):",
         "        await apply(dut, {name: draw(rng, width, 0.5) for name, width in INPUTS.items()})",
     ]
@@ -122,12 +127,7 @@ def _clocked_body(design: Design, budget: Budget, test_name: str) -> list[str]:
         f"async def {test_name}(dut):",
         f'    cocotb.start_soon(Clock(dut.{c.clock}, 10, unit="ns").start())',
         "    await reset(dut)",
-        "    for name, width in INPUTS.items():  # every bit both ways",
-        "        for bit in range(width):",
-        "            await apply(dut, {name: 1 << bit})",
-        "        await apply(dut, {name: (1 << width) - 1})",
-        "        await apply(dut, {name: 0})",
-        "    rng = random.Random(1)",
+        *_SWEEP,
         f"    for phase in range({budget.phases}):",
         "        ones = {name: rng.choice([0.1, 0.5, 0.9]) for name in INPUTS}",
         f"        longest = rng.choice([1, 1, 2, {budget.max_hold}])",
