@@ -6,7 +6,7 @@ replace, redirect nor write-protect them, and the scorer (often root) reads them
 through descriptors it opened itself, with bounded reads. Layout of one run (as root;
 the candidate runs as its sandbox uid):
 
-    chorus-cand-XXXX/      root 0711: the run's writable mount; the candidate can add,
+    chorus-run-XXXX/       root 0711: the run's writable mount; the candidate can add,
                            rename or remove nothing here
       home/                sandbox uid 0700: the candidate's cwd, HOME, TMPDIR, stimulus.py
       out/                 root 0711: nothing can be added, renamed or removed by the candidate

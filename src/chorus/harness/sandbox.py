@@ -256,19 +256,55 @@ def _start_trash_sweeper(trash: Path) -> None:
 def _listing(folder: Path) -> list[str]:
     try:
         return os.listdir(folder)
-    except FileNotFoundError:
+    except OSError:  # gone, or another user's
         return []
+
+
+RUN_PREFIX = "chorus-run-"  # a candidate's folder, flock()ed by its scorer while in use
+_NEW_PREFIX = ".chorus-new-"  # one being made, not yet locked
 
 
 @contextlib.contextmanager
 def _candidate_folder(parent: str):
-    if (Path(parent) / TRASH_DIR).is_dir():  # left by a scorer killed while it removed
-        _start_trash_sweeper(Path(parent) / TRASH_DIR)
-    folder = tempfile.mkdtemp(prefix="chorus-cand-", dir=parent)
+    """A fresh folder in `parent`, locked (flock on the folder) until it is discarded: a
+    scorer killed before its cleanup releases the lock with its death, and the next
+    scorer in `parent` moves the folder to the trash (_sweep_abandoned)."""
+    _sweep_abandoned(Path(parent))
+    staging = tempfile.mkdtemp(prefix=_NEW_PREFIX, dir=parent)
+    lock = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        yield folder
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        folder = os.path.join(parent, RUN_PREFIX + os.path.basename(staging)[len(_NEW_PREFIX):])
+        os.rename(staging, folder)  # the same inode: locked from the moment it has its name
+        try:
+            yield folder
+        finally:
+            discard_tree(folder)
     finally:
-        discard_tree(folder)
+        os.close(lock)
+
+
+def _sweep_abandoned(parent: Path) -> None:
+    """Move every run folder in `parent` whose scorer is gone (its lock is free) to the
+    trash, and empty the trash in the background."""
+    trash = parent / TRASH_DIR
+    for name in _listing(parent):
+        if not name.startswith(RUN_PREFIX):
+            continue
+        try:
+            fd = os.open(parent / name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            trash.mkdir(mode=0o700, exist_ok=True)
+            os.rename(parent / name, trash / name)
+        except OSError:  # held: a live scorer's (BlockingIOError), or not ours to move
+            continue
+        finally:
+            os.close(fd)
+    if trash.is_dir():
+        _start_trash_sweeper(trash)
 
 
 def processes_of_uid(uid: int) -> list[int]:
