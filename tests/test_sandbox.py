@@ -14,6 +14,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -418,13 +419,61 @@ DEEP_TREE = """
 """
 
 
-def test_a_very_deep_tree_is_removed(task, cache, sandbox_dir):
+WIDE_TREE = """
+    for index in range(50000):
+        os.mkdir(f's{index}')
+"""
+
+
+def assert_removed_in_time(sandbox_dir: Path, wait_s: float = 300) -> None:
+    """The candidate's folder is gone, at the latest once the background removal of
+    what the scorer did not wait for (sandbox.discard_tree) has finished."""
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        left = list(sandbox_dir.iterdir())
+        if not left:
+            return
+        time.sleep(0.5)
+    import threading
+
+    inside = [p.name for folder in left if folder.is_dir() for p in list(folder.iterdir())[:3]]
+    sweepers = [t.name for t in threading.enumerate() if t.name == "chorus-trash"]
+    raise AssertionError(f"left behind: {left} holding {inside}; sweepers alive: {sweepers}")
+
+
+@pytest.mark.parametrize("shape", ["deep", "wide"])
+def test_a_very_deep_or_wide_tree_is_removed_in_bounded_time(task, cache, sandbox_dir, shape):
     """5,000 nested read-only folders (deeper than PATH_MAX, deeper than the recursion of
-    shutil.rmtree) are removed with the candidate's folder; the candidate's own verdict
-    is unaffected (no sandbox_error). (The scorer removes it: the guard plays no part.)"""
-    result = run(task, cache, DEEP_TREE, timeout_s=60)
+    shutil.rmtree) or 50,000 sibling folders (once quadratic: each return re-listed the
+    parent) are removed with the candidate's folder; the scorer waits on that at most
+    CLEANUP_WAIT_S and the candidate's own verdict is unaffected (no sandbox_error). (The
+    scorer removes it: the guard plays no part.)"""
+    from chorus.harness.sandbox import CLEANUP_WAIT_S
+
+    start = time.monotonic()
+    result = run(task, cache, DEEP_TREE if shape == "deep" else WIDE_TREE, timeout_s=60)
     assert result.status == "below_target", result.detail
-    assert list(sandbox_dir.iterdir()) == []
+    assert time.monotonic() - start < result.sim_time_s + CLEANUP_WAIT_S + 10
+    assert_removed_in_time(sandbox_dir)
+
+
+def test_removing_a_wide_tree_is_linear(tmp_path):
+    """remove_tree lists each folder once: 50,000 siblings take about as long per entry
+    as 5,000 (a re-listing walk is 10x slower per entry at 10x the width)."""
+    from chorus.harness.sandbox import remove_tree
+
+    def seconds(count: int) -> float:
+        root = tmp_path / f"w{count}"
+        root.mkdir()
+        for index in range(count):
+            os.mkdir(root / f"s{index}")
+        start = time.monotonic()
+        assert remove_tree(root)
+        assert not root.exists()
+        return time.monotonic() - start
+
+    small, large = seconds(5000), seconds(50000)
+    assert large < 30 * small + 1.0, (small, large)
 
 
 @pytest.mark.parametrize("guard", [True, False], ids=["guard", "os-only"])
@@ -511,8 +560,9 @@ def unprivileged(task):
 
 
 def test_the_hostile_suite_holds_for_an_unprivileged_scorer(unprivileged):
-    """Every test of this file, run by a scorer that is not root: the same attacks fail
-    the same way, guard on and off, and leave nothing behind."""
+    """Every test of this file and of test_integrity_outputs.py (the output and replay
+    attacks, issue 32's included), run by a scorer that is not root: the same attacks
+    fail the same way, guard on and off, and leave nothing behind."""
     prefix, env = unprivileged
     if os.environ.get("CHORUS_SANDBOX_SUITE_UNPRIVILEGED"):
         pytest.skip("already the unprivileged run")
@@ -521,8 +571,10 @@ def test_the_hostile_suite_holds_for_an_unprivileged_scorer(unprivileged):
     if '"user"' not in probe.stdout:
         pytest.skip(f"unprivileged user namespaces are disabled here: {probe.stdout}")
     inner = subprocess.run(
-        [*prefix, sys.executable, "-m", "pytest", __file__, "-q", "-rs", "-p", "no:cacheprovider",
-         "-k", "not unprivileged and not no_user_namespaces and not never_runs_a_candidate_as_root"],
+        [*prefix, sys.executable, "-m", "pytest", __file__, str(REPO / "tests" / "test_integrity_outputs.py"),
+         "-q", "-rs", "-p", "no:cacheprovider",
+         "-k", "not unprivileged and not no_user_namespaces and not never_runs_a_candidate_as_root"
+               " and not cannot_be_replaced_or_write_protected"],  # that one needs the uid drop
         cwd=REPO, env={**env, "CHORUS_SANDBOX_SUITE_UNPRIVILEGED": "1"},
         capture_output=True, text=True, timeout=1500,
     )

@@ -133,7 +133,8 @@ def _descendants(pid: int) -> set[int]:
 @pytest.mark.slow
 @pytest.mark.skipif(not AS_ROOT, reason="candidates run under sandbox uids only as root")
 def test_a_killed_scorer_leaves_no_sandbox_process():
-    """A preempted evaluation or RL job (SIGKILL) must not leave candidates running."""
+    """A preempted evaluation or RL job (SIGKILL) must not leave candidates running, and
+    the next scorer removes the folder it could not (its lock died with it)."""
     scorer_code = textwrap.dedent(f"""
         from chorus.harness import SandboxLimits, score
         from chorus.tasks import load_task
@@ -150,7 +151,7 @@ def test_a_killed_scorer_leaves_no_sandbox_process():
             time.sleep(0.2)
         time.sleep(1)  # the candidate is asleep in the simulator
         ours = _descendants(scorer.pid)
-        workdirs = {Path(arg).parent for pid in ours for arg in _cmdline(pid) if arg.endswith("/job.json")}
+        workdirs = {Path(arg).parent.parent for pid in ours for arg in _cmdline(pid) if arg.endswith("/job.json")}
         scorer.send_signal(signal.SIGKILL)
         scorer.wait()
         time.sleep(2)
@@ -163,6 +164,13 @@ def test_a_killed_scorer_leaves_no_sandbox_process():
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        for workdir in workdirs:  # the killed scorer could not remove its candidate's folder
-            shutil.rmtree(workdir, ignore_errors=True)
     assert left == []
+    assert workdirs and all(w.is_dir() for w in workdirs)  # the killed scorer could not remove it
+    from chorus.harness import score
+    from chorus.tasks import load_task
+
+    assert score(load_task(FIXTURE_TASK), "import cocotb\n").status == "runtime_error"  # the next scorer
+    deadline = time.monotonic() + 60
+    while any(w.exists() for w in workdirs) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not any(w.exists() for w in workdirs), workdirs

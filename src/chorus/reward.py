@@ -1,8 +1,8 @@
 """GRPO reward functions (TRL's `reward(completions, **columns) -> list[float]`).
 
 The coverage reward of a completion is the coverage it reaches when simulated with the
-task's design (`SimResult.score`: mean over the targeted metrics of min(achieved/target,
-1)), or, for the ablation, the binary pass. The format reward checks the answer format (a
+task's design (`SimResult.score`, defined once by `chorus.harness.verdict.dense_score`;
+0 for an answer whose run did not end normally), or, for the ablation, the binary pass. The format reward checks the answer format (a
 python block that compiles). Rollout completions of one step are simulated in parallel
 sandboxes.
 """
@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from chorus.harness import SandboxLimits, prebuild, score
 from chorus.harness.score import default_workers
 from chorus.harness.timeouts import TimeoutPolicy
+from chorus.harness.verdict import SCORED_STATUSES
 from chorus.prompts import extract_stimulus
 from chorus.tasks import Task
 
@@ -30,17 +31,13 @@ def completion_text(completion) -> str:
     return completion
 
 
-# runs that ended normally; any other verdict (syntax or runtime error, timeout, memory,
-# no coverage) earns no reward, so a broken or cut-off answer ranks below a weak one
-CLEAN_STATUSES = ("ok", "below_target")
-
-
 def coverage_reward(result, mode: str) -> float:
     """The RL reward of one verdict: dense, the coverage reached relative to the target
     (`SimResult.score`) of a run that ended normally, else 0; binary, 1 when it passed."""
     if mode == "binary":
         return float(result.passed)
-    return float(result.score) if result.status in CLEAN_STATUSES else 0.0
+    # only a run that ended normally earns reward (the harness scores the others 0 too)
+    return float(result.score) if result.status in SCORED_STATUSES else 0.0
 
 
 class CoverageReward:

@@ -4,14 +4,8 @@ from chorus.harness.build import BuildError, ensure_build
 from chorus.harness.coverage import read_coverage_dat
 from chorus.harness.cocotb_run import SandboxResult
 from chorus.harness.sandbox import SandboxLimits
-from chorus.harness.score import (
-    STATUSES,
-    SimResult,
-    prebuild,
-    score,
-    score_generations,
-    score_many,
-)
+from chorus.harness.score import prebuild, score, score_generations, score_many
+from chorus.harness.verdict import STATUSES, SimResult, dense_score
 
 __all__ = [
     "STATUSES",
@@ -19,6 +13,7 @@ __all__ = [
     "SandboxLimits",
     "SandboxResult",
     "SimResult",
+    "dense_score",
     "ensure_build",
     "prebuild",
     "read_coverage_dat",

@@ -13,9 +13,9 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -37,6 +37,24 @@ class BuildError(RuntimeError):
         self.log = log
 
 
+# system functions whose values do not follow from the design's inputs: the replay
+# (harness/replay.py) would reach other coverage than the candidate's run did
+_NOT_REPLAYABLE = re.compile(r"\$(random|urandom|urandom_range|dist_\w+|fopen|fread|fgets|fscanf|sscanf)\b")
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def replay_problem(task: Task) -> str | None:
+    """Why the task's design cannot be scored by replaying its inputs, or None: its RTL
+    calls a random-number or file-reading system function, so its behaviour does not
+    follow from its top-level inputs alone."""
+    for path in task.rtl_files:
+        found = _NOT_REPLAYABLE.search(_COMMENT.sub("", Path(path).read_text(errors="replace")))
+        if found:
+            return (f"{Path(path).name} calls {found.group(0)}: the design's behaviour does not follow "
+                    "from its inputs, and candidates are scored by replaying their inputs (docs/task_format.md)")
+    return None
+
+
 def default_cache_dir() -> Path:
     return Path(os.environ.get("CHORUS_CACHE_DIR", REPO_ROOT / ".cache" / "verilator"))
 
@@ -48,7 +66,11 @@ def build_flags(task: Task) -> tuple[str, ...]:
 
 def build_key(task: Task) -> str:
     digest = hashlib.sha256()
-    for part in (task.design_hash(), verilator_version(), *build_flags(task)):
+    from chorus.harness.replay import DRIVER_SOURCE
+
+    # the driver is part of the simulator: a changed driver is a new build
+    driver = hashlib.sha256(DRIVER_SOURCE.read_bytes()).hexdigest()
+    for part in (task.design_hash(), verilator_version(), driver, *build_flags(task)):
         digest.update(part.encode() + b"\0")
     return f"{task.toplevel}-{digest.hexdigest()[:16]}"
 
@@ -74,7 +96,7 @@ def _make_world_readable(root: Path) -> None:
 
 
 POINTS_MANIFEST = "points.json"
-EMPTY_TEST = "chorus_empty_test"
+PORTS_MANIFEST = "ports.json"  # the top-level inputs, as the driver numbers them
 
 
 def compiler_rejected(err: BaseException) -> bool:
@@ -99,6 +121,9 @@ def ensure_build(task: Task, cache_dir: str | Path | None = None, retry_failed: 
     thousands of candidates of a broken design do not each rebuild it; pass
     `retry_failed=True` (or delete the file) to try again.
     """
+    problem = replay_problem(task)
+    if problem:
+        raise BuildError(f"task {task.id} cannot be scored: {problem}")
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(PermissionError):  # a shared cache owned by someone else
@@ -154,32 +179,25 @@ def load_points_manifest(build_dir: Path) -> dict[str, list[str]] | None:
 
 
 def _write_points_manifest(task: Task, build_dir: Path) -> None:
-    """Simulate an empty test (our own code, no candidate) once and record every point
+    """Replay an empty trace (our code only, no candidate) once and record every point
     the design declares: the fixed denominators of the coverage fractions."""
-    setup_verilator_env()
-    from cocotb_tools.runner import get_runner
+    from chorus.harness.replay import TRACE_VERSION
 
     with tempfile.TemporaryDirectory(prefix=".points.", dir=build_dir.parent) as tmp:
-        run_dir = Path(tmp)
-        (run_dir / f"{EMPTY_TEST}.py").write_text(
-            "import cocotb\n\n\n@cocotb.test()\nasync def empty(dut):\n    pass\n"
+        trace, dat = Path(tmp) / "empty.trace", Path(tmp) / "coverage.dat"
+        trace.write_text(f"chorus-inputs {TRACE_VERSION} {len(load_input_ports(build_dir))}\nend\n")
+        subprocess.run(
+            [str(build_dir / task.toplevel), "--chorus-replay", str(trace), f"+verilator+coverage+file+{dat}"],
+            cwd=tmp, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120,
         )
-        sys.path.insert(0, str(run_dir))
-        try:
-            get_runner("verilator").test(
-                test_module=EMPTY_TEST,
-                hdl_toplevel=task.toplevel,
-                hdl_toplevel_lang="verilog",
-                build_dir=str(build_dir),
-                test_dir=str(run_dir),
-                log_file=str(run_dir / "sim.log"),
-            )
-        finally:
-            sys.path.remove(str(run_dir))
-        dat = run_dir / "coverage.dat"
         if not dat.is_file():
             raise BuildError(f"the empty simulation of {task.id} wrote no coverage.dat")
         _atomic_write(build_dir / POINTS_MANIFEST, json.dumps(coverage_universe(dat)))
+
+
+def load_input_ports(build_dir: Path) -> list[dict]:
+    """The design's top-level inputs as the build's driver numbers them: [{name, width}]."""
+    return json.loads((Path(build_dir) / PORTS_MANIFEST).read_text())
 
 
 def use_compiler_cache() -> None:
@@ -196,16 +214,37 @@ def use_compiler_cache() -> None:
 
 
 def _run_build(task: Task, build_dir: Path, log_path: Path) -> None:
-    setup_verilator_env()
-    use_compiler_cache()
-    from cocotb_tools.runner import get_runner
+    """Verilate the design with cocotb's runner's options (the simulator a candidate
+    gets is the one cocotb would build), but with the chorus driver as the main
+    (harness/driver.cpp: records the inputs in Run 1, replays them in Run 2) and its
+    per-design port table generated from the model's header."""
+    import cocotb_tools.config
 
-    runner = get_runner("verilator")
-    runner.build(
-        sources=[str(p.resolve()) for p in task.rtl_files],
-        hdl_toplevel=task.toplevel,
-        build_args=list(build_flags(task)),
-        build_dir=str(build_dir),
-        always=True,
-        log_file=str(log_path),
-    )
+    from chorus.harness.replay import DRIVER_NAME, DRIVER_SOURCE, PORTS_HEADER, input_ports, ports_header
+
+    env = setup_verilator_env(dict(os.environ))
+    use_compiler_cache()
+    env.update({k: os.environ[k] for k in ("OBJCACHE", "CCACHE_DIR") if k in os.environ})
+    shutil.copyfile(DRIVER_SOURCE, build_dir / DRIVER_NAME)
+    libs = cocotb_tools.config.libs_dir
+    verilate = [
+        "verilator", "-cc", "--exe", "-Mdir", str(build_dir), "--top-module", task.toplevel,
+        "--vpi", "--public-flat-rw", "--prefix", "Vtop", "-o", task.toplevel,
+        "-LDFLAGS", f"-Wl,-rpath,{libs} -L{libs} -lcocotbvpi_verilator",
+        *build_flags(task), str(build_dir / DRIVER_NAME), *(str(p.resolve()) for p in task.rtl_files),
+    ]
+    make = ["make", "-j", str(min(4, os.cpu_count() or 1)), "-C", str(build_dir), "-f", "Vtop.mk", "VM_TRACE=0"]
+    with open(log_path, "w") as log:
+        _build_step(verilate, build_dir, env, log)
+        ports = input_ports((build_dir / "Vtop.h").read_text())
+        (build_dir / PORTS_HEADER).write_text(ports_header(ports))
+        _atomic_write(build_dir / PORTS_MANIFEST, json.dumps([{"name": p.name, "width": p.width} for p in ports]))
+        _build_step(make, build_dir, env, log)
+
+
+def _build_step(command: list[str], build_dir: Path, env: dict, log) -> None:
+    """Run one build command; a non-zero exit is reported as cocotb's runner reports it
+    (compiler_rejected)."""
+    done = subprocess.run(command, cwd=build_dir, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"Command failed with return code: {done.returncode}")

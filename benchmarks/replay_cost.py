@@ -1,0 +1,88 @@
+"""Per-candidate cost of scoring with the replay (issue 32) against another source tree
+(the code before it), on cached builds, in alternating rounds on this machine.
+
+    python benchmarks/replay_cost.py --baseline-src /path/to/main/src [--rounds 15]
+
+Each round scores the task's reference stimulus once with this tree's harness and once
+with the baseline's (each in a process of its own, started once), end to end through
+`chorus.harness.score`; prints the medians and the ratio, writes the raw figures to
+benchmarks/results/replay_cost.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORKER = r"""
+import json, sys, time
+from chorus.harness import score, ensure_build
+from chorus.tasks import load_task
+task = load_task(sys.argv[1])
+ensure_build(task)
+text = task.reference_stimulus.read_text()
+assert score(task, text).passed
+for line in sys.stdin:
+    start = time.perf_counter()
+    result = score(task, text)
+    print(json.dumps({"s": time.perf_counter() - start, "sim_s": result.sim_time_s, "status": result.status}),
+          flush=True)
+"""
+
+
+def _worker(src: Path | None, task: str, cache: Path) -> subprocess.Popen:
+    env = {**os.environ, "CHORUS_CACHE_DIR": str(cache)}
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    return subprocess.Popen([sys.executable, "-c", WORKER, task], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def _one(proc: subprocess.Popen) -> dict:
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    return json.loads(proc.stdout.readline())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline-src", type=Path, required=True, help="the src/ folder of the code to compare with")
+    parser.add_argument("--task", default=str(REPO / "tests" / "fixtures" / "tasks" / "fx_counter"))
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "replay-bench")
+    args = parser.parse_args(argv)
+    workers = {"replay": _worker(None, args.task, args.cache / "replay"),
+               "baseline": _worker(args.baseline_src, args.task, args.cache / "baseline")}
+    times = {name: [] for name in workers}
+    sim_times = {name: [] for name in workers}  # the sandboxed run (and the replay)
+    for _ in range(args.rounds):
+        for name, proc in workers.items():
+            row = _one(proc)
+            assert row["status"] == "ok", row
+            times[name].append(row["s"])
+            sim_times[name].append(row["sim_s"])
+    for proc in workers.values():
+        proc.stdin.close()
+        proc.wait()
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    sim_medians = {name: statistics.median(values) for name, values in sim_times.items()}
+    report = {"task": args.task, "rounds": args.rounds, "as_root": os.geteuid() == 0,
+              "median_s": medians, "sim_median_s": sim_medians, "ratio": medians["replay"] / medians["baseline"],
+              "times_s": times, "sim_times_s": sim_times}
+    out = REPO / "benchmarks" / "results" / "replay_cost.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    print(f"median per candidate: replay {medians['replay'] * 1000:.0f} ms, "
+          f"baseline {medians['baseline'] * 1000:.0f} ms, ratio {report['ratio']:.2f}; of which simulated "
+          f"(sim_time_s): replay {sim_medians['replay'] * 1000:.0f} ms, baseline {sim_medians['baseline'] * 1000:.0f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
