@@ -51,7 +51,7 @@ rule report_tables:
             caption="../report/provenance.rst",
             category="Overview",
             subcategory="Run",
-            labels={"page": "2 Provenance: model, commit, versions, wall times, config"},
+            labels={"page": "2 Provenance: model, commit, versions, times, config"},
         ),
         overview=report(
             f"{RESULTS}/report/overview.html",

@@ -6,6 +6,7 @@ import math
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -129,20 +130,32 @@ def test_plots_are_written(tmp_path):
 
 @pytest.mark.slow
 def test_snakemake_report_of_a_run_has_the_sections(local_run):
-    """The report of the embedded default run: first-page status, HTML tables, plots."""
+    """The report of the embedded default run: first-page status and provenance, labelled
+    HTML tables with the overview first, the per-sample page, plots."""
     out = local_run / "report.html"
     run_snakemake(["--report", str(out), "--directory", str(local_run),
                    "--configfile", str(local_run / "config.yaml")])
     text = out.read_text()
-    for name in ("overview.html", "breakdown.html", "complementarity.html", "seeds.html",
-                 "per_task_heatmap.png", "expert_complementarity.png",
+    for name in ("overview.html", "samples.html", "breakdown.html", "complementarity.html", "seeds.html",
+                 "provenance.html", "per_task_heatmap.png", "expert_complementarity.png",
                  "coverage_distribution.png", "training_curves.png"):
         assert name in text, name
-    # the first page carries the run's status line (or the all-failed banner)
-    assert "evaluated samples" in text
-    overview = (local_run / "results" / "report" / "overview.html").read_text()
+    # the first page: the run's status line (or the all-failed banner), the provenance,
+    # and no rule graph
+    assert "evaluated samples" in text and "Wall time per stage" in text and "Package versions" in text
+    assert "#rulegraph{display:none}" in text
+    # items are labelled (the report sorts by label: the overview first), none under "Other"
+    results = json.loads(re.search(r"var results = (\{.*?\});\n", text).group(1))
+    labels = {Path(path).name: item["labels"] for path, item in results.items()}
+    assert labels["overview.html"] == {"table": "1 Overview: Pass@k, statuses, coverage per metric"}
+    assert sorted(v["table"] for v in labels.values() if "table" in v)[0].startswith("1 Overview")
+    categories = json.loads(re.search(r"var categories = (\{.*?\});\n", text).group(1))
+    assert all("Other" not in subcategories for subcategories in categories.values()), categories
+    report_dir = local_run / "results" / "report"
+    overview = (report_dir / "overview.html").read_text()
     for heading in ("Summary: Pass@k", "Samples per status", "Mean coverage per metric"):
         assert heading in overview
+    assert '"completion"' in (report_dir / "samples.html").read_text()
 
 
 def test_progress_lines_count_rate_and_time_left(caplog):

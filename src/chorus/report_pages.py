@@ -389,7 +389,7 @@ def provenance_html(config: dict, benchmarks: str | Path, checkout: str | Path) 
     resolved = yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
     fragment = (
         f"{FIRST_PAGE}<style>{PROVENANCE_STYLE}</style><div class='provenance'>"
-        + table_html(facts, "Provenance")
+        + table_html(facts, "Run")
         + table_html(stage_wall_times(benchmarks), "Wall time per stage",
                      "From each job's Snakemake benchmark file: the summed wall time of the "
                      "stage's jobs (they may have run in parallel), its longest job and the "
@@ -410,7 +410,7 @@ COMPLETION_CHARS = 8000
 SAMPLES_STYLE = """
 #controls{position:sticky;top:0;background:#fff;padding:0.4em 0;border-bottom:1px solid #ccc}
 #controls input,#controls select{margin-right:0.8em}
-td.text{text-align:left;max-width:60em}
+td.text,td.label{text-align:left;max-width:60em}
 td.text pre,#task pre{white-space:pre-wrap;margin:0;font-size:12px}
 td a,th a{cursor:pointer;color:#0645ad}
 #task{border:1px solid #ccc;padding:0.5em;margin:0.5em 0;display:none}
@@ -431,7 +431,8 @@ function cell(column, value) {
     const text = String(value), head = text.split("\\n")[0].slice(0, 80);
     return `<td class="text"><details><summary>${esc(head)}</summary><pre>${esc(text)}</pre></details></td>`;
   }
-  if (column === "task_id") return `<td><a onclick="showTask('${esc(value)}')">${esc(value)}</a></td>`;
+  if (column === "task_id") return `<td class="label"><a onclick="showTask('${esc(value)}')">${esc(value)}</a></td>`;
+  if (typeof value === "string") return `<td class="label">${esc(value)}</td>`;
   return `<td>${esc(typeof value === "number" && !Number.isInteger(value) ? value.toFixed(3) : value)}</td>`;
 }
 function render() {
@@ -504,6 +505,13 @@ def _json_script(element_id: str, value) -> str:
     return f'<script type="application/json" id="{element_id}">{text}</script>'
 
 
+def _shade(value: float) -> str:
+    """A cell background from white (0) to green (1); grey where there is no value."""
+    if pd.isna(value):
+        return "#eee"
+    return f"hsl(120, 55%, {97 - 35 * float(value):.0f}%)"
+
+
 def _clickable_matrix(per_sample: pd.DataFrame) -> str:
     """Tasks x models Pass@1, each cell a link to that model's samples of the task."""
     per_task = per_sample.assign(passed=per_sample["passed"].astype(float)).pivot_table(
@@ -514,7 +522,8 @@ def _clickable_matrix(per_sample: pd.DataFrame) -> str:
     body = "".join(
         f"<tr><td><a onclick='showTask({quote(task)})'>{html.escape(str(task))}</a></td>"
         + "".join(
-            f"<td onclick='pick({quote(m)}, {quote(task)})'><a>{_fmt(float(v))}</a></td>" for m, v in row.items()
+            f"<td style='background:{_shade(v)}' onclick='pick({quote(m)}, {quote(task)})'><a>{_fmt(float(v))}</a></td>"
+            for m, v in row.items()
         )
         + "</tr>"
         for task, row in per_task.iterrows()
