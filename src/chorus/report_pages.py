@@ -234,7 +234,7 @@ def training_curves(sft_dirs: dict[str, str], rl_dirs: dict[str, str]) -> dict[s
 STYLE = """
 body{font-family:system-ui,sans-serif;font-size:14px;margin:1em;color:#222}
 table{border-collapse:collapse;margin:0.3em 0 1.5em 0}
-th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}
 th{background:#f0f0f0;cursor:pointer}
 td:first-child,th:first-child{text-align:left}
 caption{caption-side:top;text-align:left;font-weight:bold;padding:0.3em 0;white-space:nowrap}
@@ -410,7 +410,10 @@ COMPLETION_CHARS = 8000
 SAMPLES_STYLE = """
 #controls{position:sticky;top:0;background:#fff;padding:0.4em 0;border-bottom:1px solid #ccc}
 #controls input,#controls select{margin-right:0.8em}
-td.text,td.label{text-align:left;max-width:60em}
+td.text,td.label{text-align:left}
+td.text{max-width:40em;min-width:12em}
+td.text summary{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;max-width:38em}
+td.text details[open] summary{white-space:normal}
 td.text pre,#task pre{white-space:pre-wrap;margin:0;font-size:12px}
 td a,th a{cursor:pointer;color:#0645ad}
 #task{border:1px solid #ccc;padding:0.5em;margin:0.5em 0;display:none}
@@ -539,7 +542,10 @@ def samples_page(rows: pd.DataFrame, sources: dict[str, dict]) -> str:
     """One self-contained HTML page: the clickable per-task matrix, then every sample
     (model, task, status, error detail, coverage per metric, completion) in a table
     filtered by model, task, status and free text and sorted by a click on a header."""
-    columns = [c for c in rows.columns if c != "completion"] + ["completion"]
+    # what a reader looks at first comes first: the verdict, the error, the completion
+    first = ["model", "task_id", "sample_id", "passed", "status", "score", "detail", "completion",
+             "models with this completion"]
+    columns = [c for c in first if c in rows.columns] + [c for c in rows.columns if c not in first]
     records = json.loads(rows[columns].to_json(orient="records"))
     controls = (
         '<div id="controls">filter: <input id="text" placeholder="any text"> model <select id="model"></select>'
