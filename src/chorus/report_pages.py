@@ -366,7 +366,7 @@ def base_model_text(config: dict) -> str:
 FIRST_PAGE, FIRST_PAGE_END = "<!--first-page-->", "<!--/first-page-->"
 PROVENANCE_STYLE = """
 .provenance table{border-collapse:collapse;margin:0.3em 0 1em 0;font-size:13px}
-.provenance th,.provenance td{border:1px solid #ccc;padding:2px 8px;text-align:left}
+.provenance th,.provenance td{border:1px solid #ccc;padding:2px 8px;text-align:left;white-space:normal}
 .provenance caption{caption-side:top;text-align:left;font-weight:bold}
 .provenance pre{font-size:12px;max-height:40em;overflow:auto}
 .provenance p.note{color:#555;font-size:12px;max-width:60em}
