@@ -1,6 +1,6 @@
 """The documented Slurm commands give every GPU rule its GPU, partition, CPUs, memory and
-time: the README's quick start and every make target that submits through profiles/slurm
-are dry-run exactly as written (in a copy of the repository, after the README's own edit of
+time: the README's quick start, docs/slurm.md's commands and every make target that
+submits through profiles/slurm are dry-run exactly as written (in a copy of the repository, after the README's own edit of
 the profile) and the planned jobs' resources are checked against config/slurm.yaml.
 
 A dry run with the slurm executor needs no cluster: nothing is submitted."""
@@ -38,6 +38,14 @@ def readme_slurm_commands() -> list[str]:
     section = readme.split("## Running on a SLURM cluster", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def slurm_doc_commands() -> list[str]:
+    """The snakemake lines with the profile in docs/slurm.md's code blocks."""
+    text = (REPO / "docs" / "slurm.md").read_text()
+    lines = [line.split("  #")[0].strip() for block in re.findall(r"```\w*\n(.*?)```", text, re.S)
+             for line in block.splitlines()]
+    return [line for line in lines if re.search(r"snakemake --profile profiles/slurm(\s|$)", line)]
 
 
 def submitting_make_commands(workdir) -> dict[str, str]:
@@ -122,6 +130,13 @@ def assert_cluster_resources(jobs: dict[str, list[dict]], command: str) -> None:
 def test_readme_quick_start_gives_gpu_rules_their_resources(checkout):
     runs = [c for c in readme_slurm_commands() if "snakemake" in c and "--profile profiles/slurm" in c]
     assert runs, "the README quick start runs snakemake with the profile"
+    for command in runs:
+        assert_cluster_resources(dry_run(command.replace(" -n", ""), checkout), command)
+
+
+def test_docs_slurm_commands_give_gpu_rules_their_resources(checkout):
+    runs = slurm_doc_commands()
+    assert runs, "docs/slurm.md shows the commands"
     for command in runs:
         assert_cluster_resources(dry_run(command.replace(" -n", ""), checkout), command)
 
