@@ -308,3 +308,13 @@ def test_samples_page_filters_in_a_real_browser(tmp_path):
     one = rendered("#model=rl/a&task=t1")
     assert "2 of 12 samples" in one and "Prompt" in one and "RTL: " in one
     assert "same &lt;/script&gt; answer" in one and "missed line 12" in one
+
+
+def test_completions_share_a_budget_in_large_runs(monkeypatch):
+    per_sample = sample_table()
+    completions = {(m, t, str(s)): "x" * 5000
+                   for m, t, s in zip(per_sample["model"], per_sample["task_id"], per_sample["sample_id"])}
+    assert pages.sample_rows(per_sample, completions)["completion"].str.len().max() == 5000
+    monkeypatch.setattr(pages, "COMPLETIONS_BUDGET", 12 * 1000)  # 12 samples: 1000 characters each
+    cut = pages.sample_rows(per_sample, completions)["completion"]
+    assert (cut.str.len() == 1000 + len("\n[... cut]")).all() and cut.str.endswith("[... cut]").all()

@@ -404,8 +404,12 @@ def provenance_html(config: dict, benchmarks: str | Path, checkout: str | Path) 
 
 
 # -- per-sample view ---------------------------------------------------------------------
-# a completion longer than this is cut in the page (the full text is in generations.jsonl)
+# a completion longer than this is cut in the page (the full text is in generations.jsonl);
+# a large run shares COMPLETIONS_BUDGET characters among its samples instead, so the page
+# (embedded in the report) stays a few tens of MB at most
 COMPLETION_CHARS = 8000
+COMPLETIONS_BUDGET = 20_000_000
+MIN_COMPLETION_CHARS = 300
 
 SAMPLES_STYLE = """
 #controls{position:sticky;top:0;background:#fff;padding:0.4em 0;border-bottom:1px solid #ccc}
@@ -476,14 +480,15 @@ render();
 
 def sample_rows(per_sample: pd.DataFrame, completions: dict[tuple[str, str, str], str]) -> pd.DataFrame:
     """The per-sample table with each sample's completion (keyed by model, task_id and
-    sample_id; cut at COMPLETION_CHARS) and how many models wrote exactly that completion
+    sample_id; cut at COMPLETION_CHARS, less in a run too large for COMPLETIONS_BUDGET) and how many models wrote exactly that completion
     for the task: every model answering a task alike is a sign of collapse."""
     rows = per_sample.drop(columns=["completion_sha256"], errors="ignore")
     keys = zip(rows["model"], rows["task_id"].astype(str), rows["sample_id"].astype(str))
     text = pd.Series([completions.get(key) for key in keys], index=rows.index, dtype=object)
     same = rows.assign(completion=text.fillna("")).groupby(["task_id", "completion"])["model"].transform("nunique")
     rows["models with this completion"] = same.where(text.notna())
-    rows["completion"] = [t if t is None or len(t) <= COMPLETION_CHARS else t[:COMPLETION_CHARS] + "\n[... cut]" for t in text]
+    cap = max(MIN_COMPLETION_CHARS, min(COMPLETION_CHARS, COMPLETIONS_BUDGET // max(1, len(rows))))
+    rows["completion"] = [t if t is None or len(t) <= cap else t[:cap] + "\n[... cut]" for t in text]
     return rows
 
 
