@@ -286,6 +286,7 @@ def test_sample_rows_count_models_writing_the_same_completion(tmp_path):
     rows, _ = sample_page(tmp_path)
     same = rows.set_index(["model", "task_id", "sample_id"])["models with this completion"]
     assert same[("rl/a", "t1", 0)] == 3 and same[("rl/a", "t2", 1)] == 1
+    assert pages.shared_completions(rows) == "1 of 2 tasks have a completion that all 3 models wrote, word for word: t1."
     assert {"status", "detail", "cov_line", "cov_branch", "completion"} <= set(rows.columns)
 
 

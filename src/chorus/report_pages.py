@@ -543,6 +543,18 @@ def _clickable_matrix(per_sample: pd.DataFrame) -> str:
     )
 
 
+def shared_completions(rows: pd.DataFrame) -> str:
+    """One line: the tasks for which every model wrote one same completion (a sign that
+    training changed nothing, or collapsed every model alike)."""
+    models = rows["model"].nunique()
+    shared = rows.loc[rows["models with this completion"] == models, "task_id"].unique()
+    if models < 2 or not len(shared):
+        return "No task has a completion that every model wrote."
+    names = ", ".join(map(str, sorted(shared)[:10])) + (", ..." if len(shared) > 10 else "")
+    return (f"{len(shared)} of {rows['task_id'].nunique()} tasks have a completion that all {models} "
+            f"models wrote, word for word: {names}.")
+
+
 def samples_page(rows: pd.DataFrame, sources: dict[str, dict]) -> str:
     """One self-contained HTML page: the clickable per-task matrix, then every sample
     (model, task, status, error detail, coverage per metric, completion) in a table
@@ -563,6 +575,7 @@ def samples_page(rows: pd.DataFrame, sources: dict[str, dict]) -> str:
         '<p class="note">Every evaluated sample: its status, the error detail, the coverage '
         "reached per metric, the completion the model wrote, and how many models wrote "
         "exactly that completion for the task. Click a header to sort.</p>"
+        + f'<p class="note"><b>{html.escape(shared_completions(rows))}</b></p>'
         + _clickable_matrix(rows)
         + controls
         + '<table id="samples-table"><thead><tr id="head"></tr></thead><tbody id="rows"></tbody></table>'
