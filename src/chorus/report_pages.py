@@ -413,6 +413,7 @@ MIN_COMPLETION_CHARS = 300
 
 SAMPLES_STYLE = """
 #controls{position:sticky;top:0;background:#fff;padding:0.4em 0;border-bottom:1px solid #ccc}
+#samples-table th{text-align:left}
 #controls input,#controls select{margin-right:0.8em}
 td.text,td.label{text-align:left}
 td.text{max-width:40em;min-width:12em}
