@@ -191,15 +191,16 @@ def heatmap_panels(per_task: pd.DataFrame, coverage: pd.DataFrame | None) -> lis
 
 
 def plot_heatmap(per_task: pd.DataFrame, path: str, coverage: pd.DataFrame | None = None) -> None:
-    """Tasks x models heatmaps of Pass@1 and, beside it, the mean coverage score (which
+    """Tasks x models heatmaps of Pass@1 and, below it, the mean coverage score (which
     still separates the models when nothing passes and Pass@1 is 0 everywhere). Each cell
     carries its value; the colour scale is fixed to 0..1 on both."""
     plt = _pyplot()
     panels = heatmap_panels(per_task, coverage)
-    height = max(3.0, 0.32 * len(per_task) + 2.0)
+    height = max(3.0, 0.32 * len(per_task) + 2.5)
     width = max(5.0, 0.6 * len(per_task.columns) + 3.0)
-    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height), squeeze=False)
-    for ax, (title, table) in zip(axes[0], panels):
+    # one above the other: side by side, the report scales the figure down to unreadable
+    fig, axes = plt.subplots(len(panels), 1, figsize=(width, height * len(panels)), squeeze=False)
+    for ax, (title, table) in zip(axes[:, 0], panels):
         values = table.to_numpy(dtype=float)
         image = ax.imshow(values, vmin=0, vmax=1, cmap="viridis", aspect="auto")
         _annotate(ax, values, "{:.2f}", white_text=lambda v: v < 0.6)  # viridis is dark below
