@@ -316,13 +316,16 @@ def package_versions(names=PROVENANCE_PACKAGES) -> dict[str, str]:
 
 def git_commit(folder: str | Path) -> str:
     """The checkout's commit, '+ uncommitted changes' when the tracked files differ from
-    it; 'unknown' outside a git checkout."""
+    it; 'unknown' outside a git checkout or without git."""
     import subprocess
 
     def git(*args):
         return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=30)
 
-    head = git("rev-parse", "HEAD")
+    try:
+        head = git("rev-parse", "HEAD")
+    except FileNotFoundError:
+        return "unknown (no git on this host)"
     if head.returncode != 0:
         return "unknown (not a git checkout)"
     dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
