@@ -22,6 +22,7 @@ from chorus.merge import mergekit_config, run_merge
 from chorus.modeling import build_model_from_shape, build_tiny_model, task_corpus
 from chorus.prompts import extract_stimulus
 from chorus.rl import train_expert
+from chorus.settings import GRPOExpert, SFTStage
 from chorus.sft import train_stage
 from chorus.tasks import load_tasks
 
@@ -51,15 +52,17 @@ def main() -> None:
     for name, mix, epochs in stages:
         data = root / f"{name}.jsonl"
         build_stage_dataset(train, mix, data)
-        metrics = timed(f"sft_{name}", lambda: train_stage(model, data, root / f"sft_{name}", epochs=epochs,
-                                                          lr=5e-5, batch_size=4, max_length=4096, device="cuda"))
+        metrics = timed(f"sft_{name}", lambda: train_stage(
+            model, data, root / f"sft_{name}", SFTStage(epochs=epochs, lr=5e-5, batch_size=4, max_length=4096),
+            device="cuda"))
         report[f"sft_{name}"] = {k: metrics[k] for k in ("steps", "first_loss", "last_loss", "tokens_per_s")}
         model = root / f"sft_{name}"
     experts = []
     for name, reward, seed in (("dense", "dense", 1), ("binary", "binary", 2)):
         metrics = timed(f"rl_{name}", lambda: train_expert(
-            model, train, root / f"rl_{name}", reward=reward, steps=4, num_generations=8, batch_size=16,
-            max_completion_length=256, lr=1e-6, seed=seed, sim_workers=14, device="cuda"))
+            model, train, root / f"rl_{name}", GRPOExpert(reward=reward, steps=4, num_generations=8, batch_size=16,
+                                                          max_completion_length=256, lr=1e-6, seed=seed),
+            sim_workers=14, device="cuda"))
         report[f"rl_{name}"] = {"steps": metrics["steps"], "reward_time_fraction": metrics["reward_time_fraction"],
                                 "statuses": metrics["reward_calls"][-1]["statuses"],
                                 "mean_reward": [round(c["mean_reward"], 4) for c in metrics["reward_calls"]]}

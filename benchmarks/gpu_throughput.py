@@ -149,10 +149,11 @@ def bench_generate(model_dir, tasks, sink, *, batch, new_tokens, cache="dynamic"
 
 def bench_grpo(model_dir, tasks, out, sink, *, steps, num_generations, completion_len, workers):
     from chorus.rl import train_expert
+    from chorus.settings import GRPOExpert
 
-    metrics = train_expert(model_dir, tasks, out, steps=steps, num_generations=num_generations,
-                           batch_size=num_generations * 4, max_completion_length=completion_len,
-                           sim_workers=workers, device="cuda")
+    expert = GRPOExpert(steps=steps, num_generations=num_generations, batch_size=num_generations * 4,
+                        max_completion_length=completion_len)
+    metrics = train_expert(model_dir, tasks, out, expert, sim_workers=workers, device="cuda")
     calls = metrics["reward_calls"]
     emit({"bench": "grpo", "steps": metrics["steps"], "runtime_s": metrics["runtime_s"],
           "reward_wall_s": metrics["reward_wall_s"], "gpu_idle_fraction_waiting_on_rewards":
@@ -170,8 +171,9 @@ def bench_launch(model_dir, data, out, label, sink, *, deepspeed, max_steps, bat
 
     start = time.perf_counter()
     launch_training("chorus.sft:train_stage",
-                    dict(model_in=str(model_dir), dataset_jsonl=str(data), out_dir=str(out), max_steps=max_steps,
-                         batch_size=batch, max_length=2048, lr=1e-5, save_steps=10_000, attn=attn, liger=liger),
+                    dict(model_in=str(model_dir), dataset_jsonl=str(data), out_dir=str(out),
+                         stage={"max_steps": max_steps, "batch_size": batch, "max_length": 2048, "lr": 1e-5,
+                                "save_steps": 10_000, "attention": attn, "liger_kernel": liger}),
                     {"device": "cuda", "deepspeed": deepspeed, "processes": "auto", "compile_cache": COMPILE_CACHE})
     metrics = json.loads((out / "train_metrics.json").read_text())
     with torch.device("meta"):  # the shape's FLOPs, without weights

@@ -457,6 +457,7 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
     from chorus.harness import prebuild
     from chorus.harness.timeouts import TimeoutPolicy
     from chorus.rl import train_expert
+    from chorus.settings import GRPOExpert
 
     # as in the workflow, where the preflight rule has built every design: the designs are
     # compiled and their references timed before the clock runs
@@ -478,13 +479,15 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
             runs[name] = {"error": "skipped: out of the section's time budget"}
             continue
         try:
-            metrics = train_expert(
-                model_dir, tasks, root / f"expert-{name}", steps=sizes["grpo_steps"],
-                num_generations=sizes["num_generations"], batch_size=per_step,
-                max_completion_length=sizes["completion_len"], sim_workers=workers, sim_limits=limits,
-                sim_timeouts=TimeoutPolicy(), rollout_backend=backend, device=device, use_cpu=device == "cpu",
-                save_steps=10_000, early_rewards=early, steps_per_generation=sizes.get("steps_per_generation"),
+            expert = GRPOExpert(
+                steps=sizes["grpo_steps"], num_generations=sizes["num_generations"], batch_size=per_step,
+                max_completion_length=sizes["completion_len"], rollout_backend=backend, save_steps=10_000,
+                early_rewards=early, steps_per_generation=sizes.get("steps_per_generation"),
                 rollout_compile=compile_rollouts, rollout_slots=slots,
+            )
+            metrics = train_expert(
+                model_dir, tasks, root / f"expert-{name}", expert, sim_workers=workers, sim_limits=limits,
+                sim_timeouts=TimeoutPolicy(), device=device, use_cpu=device == "cpu",
             )
             runs[name] = {"steps": metrics["steps"], "runtime_s": metrics["runtime_s"],
                              "rollout_backend": metrics["rollout_backend"], **metrics["breakdown"],
@@ -519,12 +522,13 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
 
 def sft_job(args) -> None:
     """--sft-job: one train_stage in this (fresh) process; its metrics to --out."""
+    from chorus.settings import SFTStage
     from chorus.sft import train_stage
 
-    metrics = train_stage(args.model, args.data, Path(args.work) / f"sft-{args.kernels}", max_steps=args.steps,
-                          batch_size=4, max_length=2048, lr=1e-5, save_steps=10_000, resume=False,
-                          attn="flex_attention" if args.kernels == "compiled" else "sdpa",
-                          liger="auto" if args.kernels == "compiled" else False, compile_min_flops=None,
+    stage = SFTStage(max_steps=args.steps, batch_size=4, max_length=2048, lr=1e-5, save_steps=10_000,
+                     attention="flex_attention" if args.kernels == "compiled" else "sdpa",
+                     liger_kernel="auto" if args.kernels == "compiled" else False, compile_min_flops=None)
+    metrics = train_stage(args.model, args.data, Path(args.work) / f"sft-{args.kernels}", stage, resume=False,
                           device=args.device, use_cpu=args.device == "cpu")
     keep = ("steps", "runtime_s", "first_step_s", "tokens", "tokens_per_s", "steady_tokens_per_s",
             "attn_implementation", "use_liger_kernel", "padding_free")

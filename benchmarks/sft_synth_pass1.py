@@ -216,6 +216,7 @@ def base_model(args) -> Path:
 
 
 def phase_sft(args) -> dict:
+    from chorus.settings import SFTStage
     from chorus.sft import train_stage
 
     model_out = args.work / "sft_model"
@@ -229,11 +230,11 @@ def phase_sft(args) -> dict:
     # every verified reference and variant of every train task (synthetic + shipped)
     rows = build_stage_dataset(train, {"reference": ["easy", "medium", "hard"], "variants": True}, data)
     timings: dict = {}
+    stage = SFTStage(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, max_length=args.max_length,
+                     seed=args.seed, attention=args.attn, liger_kernel=False, packing=False, warmup=0.03,
+                     save_steps=args.save_steps)
     metrics = timed(timings, "train_s", lambda: train_stage(
-        base_model(args), data, model_out, epochs=args.epochs, lr=args.lr,
-        batch_size=args.batch_size, max_length=args.max_length, seed=args.seed,
-        device="cpu" if args.smoke else None, attn=args.attn, liger=False, packing=False,
-        warmup=0.03, save_steps=args.save_steps))
+        base_model(args), data, model_out, stage, device="cpu" if args.smoke else None))
     summary = {
         "rows": len(rows),
         "rows_by_source": dict(Counter("synthetic" if r["task_id"].startswith("syn_") else "shipped" for r in rows)),

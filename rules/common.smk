@@ -15,16 +15,16 @@ prepend_pythonpath(SRC)
 
 from snakemake.exceptions import WorkflowError
 
-from chorus.config import ConfigError, check_config
-from chorus.plan import MODEL_KINDS, POOLS, Plan
+from chorus.config import ConfigError
+from chorus.plan import MODEL_KINDS, POOLS, checked_plan
 
 try:
-    # fills the schema's defaults into config: the only place defaults come from
-    check_config(config)
+    # fills the schema's defaults into config (the only place defaults come from) and
+    # checks it: the one Plan of this workflow run
+    PLAN = checked_plan(config)
 except ConfigError as error:
     raise WorkflowError(str(error)) from None
 
-PLAN = Plan(config)
 RESULTS = PLAN.results
 # a model's files in an evaluation pool, as a wildcard template
 POOL_DIR = PLAN.pool_dir()

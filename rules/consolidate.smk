@@ -96,7 +96,7 @@ rule consolidate_rl:
         **PLAN.resources("rl_job"),
     params:
         expert=PLAN.distill_rl_expert(),
-        simulation=PLAN.sandbox_limits(),
+        simulation=PLAN.simulation(),
         launch=PLAN.launch(),
     script:
         "../scripts/rl.py"

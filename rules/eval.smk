@@ -48,7 +48,7 @@ rule score_shard:
     params:
         shard=lambda wc: int(wc.shard),
         num_shards=config["simulation"]["shards"],
-        limits=PLAN.sandbox_limits(),
+        simulation=PLAN.simulation(),
     script:
         "../scripts/score_shard.py"
 

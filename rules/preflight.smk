@@ -21,6 +21,6 @@ rule preflight:
     resources:
         **PLAN.resources("sim_job"),
     params:
-        simulation=PLAN.sandbox_limits(),
+        simulation=PLAN.simulation(),
     script:
         "../scripts/preflight.py"

@@ -21,7 +21,7 @@ rule rl:
         **PLAN.resources("rl_job"),
     params:
         expert=lambda wc: PLAN.expert(wc.expert),
-        simulation=PLAN.sandbox_limits(),
+        simulation=PLAN.simulation(),
         launch=PLAN.launch(),
     script:
         "../scripts/rl.py"

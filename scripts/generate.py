@@ -2,12 +2,13 @@
 
 from chorus.generate import sample_completions
 from chorus.io import script_logging
+from chorus.plan import job_settings
 from chorus.tasks import load_manifest
 from chorus.training import resolve_device
 
 with script_logging(snakemake):
-    pool = snakemake.params.pool
-    sampling = snakemake.params.sampling
+    settings = job_settings(snakemake.params, snakemake.config)
+    pool, sampling = settings["pool"], settings["sampling"]
     sample_completions(
         snakemake.input.model,
         load_manifest(snakemake.input.manifest, splits=pool["splits"]),
@@ -19,5 +20,5 @@ with script_logging(snakemake):
         seed=snakemake.params.seed,
         device=resolve_device(snakemake.params.device),
         sampler=sampling["sampler"],
-        batch_size=sampling.get("batch_size"),
+        batch_size=sampling["batch_size"],
     )

@@ -6,11 +6,11 @@ import sys
 from chorus.harness.preflight import PreflightError, preflight_tasks, run_preflight
 from chorus.harness.timeouts import sandbox_settings
 from chorus.io import atomic_write_json, script_logging
-from chorus.plan import Plan
+from chorus.plan import job_settings
 from chorus.tasks import load_manifest
 
 with script_logging(snakemake):
-    limits, timeouts = sandbox_settings(Plan(snakemake.config).simulation_settings(snakemake.params.simulation))
+    limits, timeouts = sandbox_settings(job_settings(snakemake.params, snakemake.config)["simulation"])
     try:
         summary = run_preflight(
             preflight_tasks(load_manifest(snakemake.input.manifest)),

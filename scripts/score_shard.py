@@ -7,14 +7,14 @@ without re-simulating finished samples; the declared output appears only when co
 from chorus.harness import score_generations
 from chorus.harness.timeouts import sandbox_settings
 from chorus.io import read_jsonl, script_logging
-from chorus.plan import Plan
+from chorus.plan import job_settings
 from chorus.prompts import extract_answer
 from chorus.tasks import load_manifest, tasks_by_id
 
 with script_logging(snakemake):
     shard, num_shards = snakemake.params.shard, snakemake.params.num_shards
     rows = read_jsonl(snakemake.input.generations)[shard::num_shards]
-    limits, timeouts = sandbox_settings(Plan(snakemake.config).simulation_settings(snakemake.params.limits))
+    limits, timeouts = sandbox_settings(job_settings(snakemake.params, snakemake.config)["simulation"])
     results = score_generations(
         rows,
         tasks_by_id(load_manifest(snakemake.input.manifest)),

@@ -63,3 +63,40 @@ def test_sft_synth_smoke_runs_every_phase_and_scores_every_sample(tmp_path):
     # a second call finds every phase done: nothing reruns, the timings of the first run stay
     again = sft_synth.main(["--smoke", "--work", str(work), "--out", str(out)])
     assert again["eval"] == report["eval"] and again["phase_seconds"] == report["phase_seconds"]
+
+
+learning_signal = _import_benchmark("learning_signal")
+
+
+@pytest.mark.slow  # builds, trains and simulates
+def test_learning_signal_smoke_runs_sft_rl_and_their_evaluation(tmp_path):
+    """benchmarks/learning_signal.py --smoke: programs verified, SFT on the passing ones,
+    a dense GRPO expert, both evaluated under the one protocol, the paired difference."""
+    work, out = tmp_path / "work", tmp_path / "report.json"
+    phases = ["verify", "build", "sft", "eval_sft", "rl", "eval_rl"]
+    report = learning_signal.main(["--smoke", "--work", str(work), "--out", str(out), "--phases", *phases])
+    done = report["phases"]
+    assert set(done) == set(phases)
+    verify = done["verify"]
+    assert verify["programs"] == 2 * verify["designs"] and verify["passed"] >= 1
+    # SFT learns exactly the verified programs, plus the shipped train references
+    sft_rows = [json.loads(line) for line in (work / "sft_train.jsonl").read_text().splitlines()]
+    assert Counter(r["source"] for r in sft_rows)["program"] == verify["passed"]
+    assert done["sft"]["rows_by_source"] == dict(Counter(r["source"] for r in sft_rows))
+    for model in ("sft", "rl"):
+        evaluation = done[f"eval_{model}"]
+        assert evaluation["protocol"]["k"] == report["k"] == 2
+        assert evaluation["samples"] == evaluation["tasks"] * report["k"] == sum(evaluation["statuses"].values())
+        generations = [json.loads(line) for line in (work / f"gen_{model}.jsonl").read_text().splitlines()]
+        at_cap = sum(g["new_tokens"] >= evaluation["protocol"]["max_new_tokens"] for g in generations)
+        assert evaluation["cutoff_fraction"] == at_cap / len(generations)
+        low, high = evaluation["pass1_ci95"]
+        assert 0.0 <= low <= evaluation["pass1"] <= high <= 1.0
+    assert report["sft_pass1"] == done["eval_sft"]["pass1"] and report["rl_pass1"] == done["eval_rl"]["pass1"]
+    low, high = report["rl_minus_sft_ci95"]
+    assert low <= report["rl_minus_sft"] <= high
+    assert done["rl"]["trained_steps"] >= 1 and done["rl"]["reward_per_call"]
+    assert (work / "rl_model" / "rl_metrics.json").exists()
+    # the program alone on the evaluation's synthetic tasks: one row per task
+    assert done["build"]["test"]["samples"] == done["build"]["test"]["tasks"] >= 1
+    assert json.loads(out.read_text())["rl_pass1"] == report["rl_pass1"]

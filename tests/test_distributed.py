@@ -61,8 +61,9 @@ def sft_job(tmp_path_factory):
     base = build_tiny_model(root / "base", task_corpus(TRAIN), **TINY_MODEL)
     data = root / "data.jsonl"
     build_stage_dataset(TRAIN[:4], {"format": True}, data)
-    return dict(model_in=str(base), dataset_jsonl=str(data), epochs=1, lr=1e-3, batch_size=1,
-                max_length=4096, use_cpu=True)
+    # the stage as SFTStage's fields: what the launcher carries to the ranks as JSON
+    return dict(model_in=str(base), dataset_jsonl=str(data), stage={"epochs": 1, "lr": 1e-3, "batch_size": 1,
+                "max_length": 4096}, use_cpu=True)
 
 
 def test_two_ranks_shard_the_data(sft_job, tmp_path):
@@ -102,7 +103,7 @@ def test_deepspeed_zero_over_two_ranks(sft_job, tmp_path, zero):
 def test_a_failing_rank_fails_the_job(tmp_path):
     with pytest.raises(subprocess.CalledProcessError):
         launch("chorus.sft:train_stage", {"model_in": str(tmp_path / "missing"), "dataset_jsonl": "x",
-                                          "out_dir": str(tmp_path / "out")}, processes=2)
+                                          "out_dir": str(tmp_path / "out"), "stage": {}}, processes=2)
     assert not (tmp_path / "out").exists()
 
 

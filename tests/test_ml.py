@@ -19,7 +19,7 @@ from chorus.config import load_schema  # noqa: E402
 from chorus.data import build_stage, build_stage_dataset, verified_rows  # noqa: E402
 from chorus.generate import sample_completions  # noqa: E402
 from chorus.io import read_jsonl, write_jsonl  # noqa: E402
-from chorus.merge import mergekit_config, run_merge  # noqa: E402
+from chorus.merge import METHODS, mergekit_config, run_merge  # noqa: E402
 from chorus.metrics import pass_at_k, per_task_metrics  # noqa: E402
 from chorus.modeling import (  # noqa: E402
     SHAPES,
@@ -36,6 +36,7 @@ from chorus.prompts import build_prompt, extract_stimulus, render_prompt  # noqa
 from chorus.report import summary_table  # noqa: E402
 from chorus.reward import CoverageReward, format_reward  # noqa: E402
 from chorus.rl import train_expert  # noqa: E402
+from chorus.settings import GRPOExpert, SFTStage  # noqa: E402
 from chorus.sft import train_stage  # noqa: E402
 from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks  # noqa: E402
 from chorus.training import kernel_settings, work_dir_for  # noqa: E402
@@ -67,8 +68,8 @@ def stages(base, tmp_path_factory):
         data = root / f"{stage['name']}.jsonl"
         build_stage(TRAIN, stage, data)
         out = root / stage["name"]
-        metrics = train_stage(model, data, out, epochs=stage["epochs"], lr=stage["lr"], batch_size=4,
-                              max_length=2048, use_cpu=True)
+        metrics = train_stage(model, data, out, SFTStage(epochs=stage["epochs"], lr=stage["lr"], batch_size=4),
+                              use_cpu=True)
         outputs.append((out, metrics))
         model = out
     return outputs
@@ -196,8 +197,8 @@ def test_sft_loss_decreases_on_a_fixed_batch(base, tmp_path):
     data = tmp_path / "two.jsonl"
     rows = build_stage_dataset(TRAIN[:2], {"reference": ["easy", "medium", "hard"]}, data)
     assert len(rows) == 2
-    metrics = train_stage(base, data, tmp_path / "fixed", max_steps=5, lr=1e-2, batch_size=2,
-                          lr_scheduler_type="constant", use_cpu=True)
+    metrics = train_stage(base, data, tmp_path / "fixed",
+                          SFTStage(max_steps=5, lr=1e-2, batch_size=2, lr_scheduler_type="constant"), use_cpu=True)
     losses = metrics["losses"]
     assert len(losses) == 5 and losses[-1] < losses[0] * 0.9, losses
     assert metrics["tokens"] > 0 and metrics["tokens_per_s"] > 0
@@ -245,11 +246,11 @@ def test_sft_resumes_from_last_checkpoint(base, tmp_path):
     data = tmp_path / "two.jsonl"
     build_stage_dataset(TRAIN[:2], {"format": True}, data)
     out = tmp_path / "resumed"
-    kwargs = dict(max_steps=3, lr=1e-3, batch_size=2, save_steps=1, use_cpu=True)
+    stage = SFTStage(max_steps=3, lr=1e-3, batch_size=2, save_steps=1)
     with pytest.raises(KeyboardInterrupt):
-        train_stage(base, data, out, callbacks=[Crash()], **kwargs)
+        train_stage(base, data, out, stage, callbacks=[Crash()], use_cpu=True)
     assert not out.exists() and (work_dir_for(out) / "checkpoint-2").is_dir()
-    metrics = train_stage(base, data, out, **kwargs)
+    metrics = train_stage(base, data, out, stage, use_cpu=True)
     assert metrics["resumed_from"].endswith("checkpoint-2") and metrics["steps"] == 3
     assert out.is_dir() and not work_dir_for(out).exists()
 
@@ -261,8 +262,8 @@ def test_grpo_expert_with_simulation_reward(stages, tmp_path):
     sft = stages[-1][0]
     tasks = [t for t in TRAIN if t.difficulty == "easy"][:2]
     metrics = train_expert(
-        sft, tasks, tmp_path / "expert", steps=2, num_generations=2, batch_size=2,
-        max_completion_length=16, sim_workers=2, use_cpu=True,
+        sft, tasks, tmp_path / "expert", GRPOExpert(steps=2, num_generations=2, batch_size=2, max_completion_length=16),
+        sim_workers=2, use_cpu=True,
     )
     assert metrics["steps"] == 2
     calls = metrics["reward_calls"]
@@ -285,8 +286,11 @@ def test_coverage_reward_dense_and_binary():
     weak = "```python\n" + task.trivial_stimulus.read_text() + "```"
     reward = CoverageReward({task.id: task}, "dense", workers=2)
     assert reward.__name__ == "coverage_dense"
-    dense = reward([ref, weak, "nonsense"], task_id=[task.id] * 3)
-    assert dense[0] == 1.0 and 0 < dense[1] < 1 and dense[2] == 0.0
+    # full coverage, then an error: a broken answer earns nothing, below the weak one
+    broken = ref[:-3] + "\n\n@cocotb.test()\nasync def then_fails(dut):\n    raise RuntimeError('broken')\n```"
+    dense = reward([ref, weak, "nonsense", broken], task_id=[task.id] * 4)
+    assert dense[0] == 1.0 and 0 < dense[1] < 1 and dense[2] == 0.0 and dense[3] == 0.0
+    assert reward.calls[-1]["statuses"]["runtime_error"] == 2  # "nonsense" (no test) and the broken one
     binary = CoverageReward([task], "binary", workers=2)([ref, weak], task_id=[task.id] * 2)
     assert binary == [1.0, 0.0]
     conversational = [[{"role": "assistant", "content": ref}]]
@@ -307,6 +311,20 @@ def test_coverage_reward_compiles_designs_before_the_first_call(tmp_path, monkey
     for future in reward.prebuilds:
         future.result(timeout=300)
     assert all((tmp_path / build_key(t) / "BUILD_OK").is_file() for t in tasks)
+
+
+@pytest.mark.slow
+def test_closing_the_reward_drops_the_queued_builds(tmp_path, monkeypatch):
+    """After training, queued prebuilds must not keep the process alive: close() cancels
+    every build not started (two run at a time), so a job ends when its training ends."""
+    monkeypatch.setenv("CHORUS_CACHE_DIR", str(tmp_path))
+    reward = CoverageReward(TRAIN[:6], "dense", workers=1)
+    reward.close()
+    cancelled = [f for f in reward.prebuilds if f.cancelled()]
+    assert len(cancelled) >= len(reward.prebuilds) - 2, "only the two running builds may go on"
+    for future in reward.prebuilds:
+        if not future.cancelled():
+            future.result(timeout=300)
 
 
 # --- merging ---------------------------------------------------------------------------
@@ -358,7 +376,7 @@ def test_sparse_merges_are_finite_and_new(base, two_models, tmp_path, method):
 
 
 def test_mergekit_config_rules():
-    with pytest.raises(ValueError, match="exactly two"):
+    with pytest.raises(ValueError, match="exactly 2"):
         mergekit_config("slerp", ["a", "b", "c"], None)
     with pytest.raises(ValueError, match="needs the base model"):
         mergekit_config("ties", ["a", "b"], None)
@@ -366,6 +384,20 @@ def test_mergekit_config_rules():
         mergekit_config("average", ["a", "b"], None)
     config = mergekit_config("linear", ["a", "b"], None, {"weights": [0.25, 0.75]})
     assert [m["parameters"]["weight"] for m in config["models"]] == [0.25, 0.75]
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_merge_method_of_the_table_is_a_valid_mergekit_config(method):
+    """METHODS is the one list of merge methods: each row, with its defaults, gives a
+    configuration mergekit accepts, with a base model exactly where the row says."""
+    from mergekit.config import MergeConfiguration
+
+    spec = METHODS[method]
+    models = ["expert_a", "expert_b"][: spec.models or 2]
+    config = mergekit_config(method, models, "sft_base", {})
+    MergeConfiguration.model_validate(config)
+    assert config["merge_method"] == method
+    assert config.get("base_model") == {"none": None, "task_vectors": "sft_base", "first": "expert_a"}[spec.base]
 
 
 # --- metrics ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from chorus.modeling import (
 )
 from chorus.plan import ConfigError, Plan
 from chorus.prompts import build_prompt, render_prompt
+from chorus.settings import SFTStage
 from chorus.sft import train_stage
 from conftest import default_config, run_snakemake, write_config
 from test_workflow_dag import job_counts
@@ -95,8 +96,8 @@ def test_smollm2_takes_project_prompts_and_one_sft_step(smollm2, task, tmp_path)
     assert task.toplevel in text and "<|im_start|>user\n" in text
     data = tmp_path / "sft.jsonl"
     build_stage_dataset([task], {"reference": [task.difficulty]}, data)
-    metrics = train_stage(smollm2, data, tmp_path / "sft", max_steps=1, lr=1e-5, batch_size=1,
-                          max_length=4096, use_cpu=True)
+    metrics = train_stage(smollm2, data, tmp_path / "sft", SFTStage(max_steps=1, lr=1e-5, batch_size=1, max_length=4096),
+                          use_cpu=True)
     assert metrics["steps"] == 1 and torch.isfinite(torch.tensor(metrics["first_loss"]))
     # a pretrained model already reads cocotb fairly well: far below a uniform guess (ln 49152 = 10.8)
     assert metrics["first_loss"] < 5
@@ -152,12 +153,13 @@ def test_missing_preset_package_names_what_to_install(monkeypatch, tmp_path):
         gguf_parts("lacking")
 
 
-def test_model_base_resolves_presets_folders_and_typos():
+def test_model_base_resolves_presets_folders_and_typos(tmp_path):
     config = default_config()
     config["model"]["base"] = "smollm2-135m"
     assert Plan(config).model_dir("base", "base") == "results/models/base"  # built by a rule
-    config["model"]["base"] = "/models/my-hf-model"
-    assert Plan(config).model_dir("base", "base") == "/models/my-hf-model"
+    (tmp_path / "config.json").write_text("{}")
+    config["model"]["base"] = str(tmp_path)
+    assert Plan(config).model_dir("base", "base") == str(tmp_path)
     config["model"]["base"] = "smolm2-135m"
     with pytest.raises(ConfigError, match="neither a preset .*smollm2-135m, gemma3-270m"):
         Plan(config)
@@ -173,4 +175,5 @@ def test_a_preset_is_built_by_the_base_model_rule_and_a_folder_is_not(tmp_path):
         return job_counts(proc.stdout + proc.stderr).get("build_base_model", 0)
 
     assert base_jobs("smollm2-135m") == 1
+    (tmp_path / "config.json").write_text("{}")
     assert base_jobs(str(tmp_path)) == 0  # a local Hugging Face folder is used as it is

@@ -4,7 +4,7 @@ the workflow-level checks are tests/test_workflow_config.py and test_workflow_pa
 import pytest
 
 from chorus.config import ConfigError
-from chorus.plan import Plan
+from chorus.plan import Plan, job_settings
 from conftest import default_config
 
 
@@ -50,8 +50,18 @@ def test_params_leave_out_what_changes_no_result():
     plan = Plan(config)
     assert "compile_cache" not in plan.launch() and plan.launch()["device"] == config["device"]
     assert "save_steps" not in plan.sft_settings() and "save_steps" not in plan.expert("easy_dense")
-    assert plan.untracked_settings("rl") == {"save_steps": config["rl"]["save_steps"], "compile_cache": "/shared/cache"}
-    assert plan.untracked_settings("sft")["save_steps"] == config["sft"]["save_steps"]
+    assert "nice" not in plan.simulation() and "shards" not in plan.simulation()
+    # the job adds them at run time from the config, and the nulls its params leave out
+    params = {"expert": plan.expert("easy_dense"), "launch": plan.launch(), "simulation": plan.simulation(),
+              "stage": plan.stage("easy"), "sampling": plan.sampling(), "seed": 3}
+    job = job_settings(params, config)
+    assert job["expert"]["save_steps"] == config["rl"]["save_steps"] and job["launch"]["compile_cache"] == "/shared/cache"
+    assert job["stage"]["save_steps"] == config["sft"]["save_steps"] and job["seed"] == 3
+    assert job["simulation"] == {**plan.simulation(), "nice": config["simulation"]["nice"]}
+    assert "steps_per_generation" not in plan.expert("easy_dense") and job["expert"]["steps_per_generation"] is None
+    assert "batch_size" not in plan.sampling() and job["sampling"]["batch_size"] is None
+    config["rl"]["steps_per_generation"] = 4
+    assert job_settings({"expert": Plan(config).expert("easy_dense")}, config)["expert"]["steps_per_generation"] == 4
     assert plan.distill_stage() == {
         "name": "distill",
         "epochs": config["consolidate"]["epochs"],
@@ -63,7 +73,7 @@ def test_params_leave_out_what_changes_no_result():
     assert plan.pool("harvest") == {"splits": ["train"], "k": config["consolidate"]["samples_per_task"]}
     harvest = plan.harvest_settings()
     assert harvest["seeds"] == {e: plan.eval_seed("rl", e) for e in ("easy_dense", "full_dense")}
-    assert harvest["limits"] == plan.sandbox_limits() and "shards" not in plan.sandbox_limits()
+    assert harvest["limits"] == plan.simulation()
 
 
 def test_unknown_synth_family_fails_naming_the_key():

@@ -23,7 +23,9 @@ from chorus.harness import SandboxLimits, ensure_build, score  # noqa: E402
 from chorus.harness.timeouts import TimeoutPolicy, reference_timing, task_limits  # noqa: E402
 from chorus.io import read_jsonl  # noqa: E402
 from chorus.modeling import build_tiny_model, task_corpus  # noqa: E402
-from chorus.rl import rollout_settings, train_expert  # noqa: E402
+from chorus.rl import train_expert  # noqa: E402
+from chorus.rollouts import resolve_rollout_backend, rollout_settings  # noqa: E402
+from chorus.settings import GRPOExpert  # noqa: E402
 from chorus.sft import estimate_train_flops  # noqa: E402
 from chorus.tasks import DEFAULT_TASK_ROOT, load_task, load_tasks  # noqa: E402
 from chorus.training import kernel_settings  # noqa: E402
@@ -63,8 +65,6 @@ def vllm_installed(request, monkeypatch):
 def test_config_keys_reach_vllm(vllm_installed):
     """eval.sampler and rl.rollout_backend choose vLLM: asked for, or `auto` on a GPU where
     the package is installed (TRL's colocate mode for the rollouts, also under DeepSpeed)."""
-    from chorus.rl import resolve_rollout_backend
-
     expected = "vllm" if vllm_installed else "static"
     assert resolve_sampler("auto", "cuda") == expected
     assert resolve_sampler("auto", "cpu") == "generate"
@@ -82,8 +82,6 @@ def test_vllm_sampler_without_the_package_names_it(tmp_path):
 
 
 def test_auto_rollout_backend_avoids_the_static_decoder_under_deepspeed():
-    from chorus.rl import resolve_rollout_backend
-
     assert resolve_rollout_backend("auto", on_gpu=False) == "generate"
     on_gpu = resolve_rollout_backend("auto", on_gpu=True)
     assert on_gpu in ("static", "vllm")
@@ -385,8 +383,8 @@ def test_rollout_backends():
 @pytest.mark.parametrize("backend", ["continuous", "static"])
 def test_grpo_rollouts_through_fast_backends_with_breakdown(base, tmp_path, backend):
     tasks = [t for t in TRAIN if t.difficulty == "easy"][:2]
-    metrics = train_expert(base, tasks, tmp_path / "expert", steps=2, num_generations=2, batch_size=2,
-                           max_completion_length=8, sim_workers=2, use_cpu=True, rollout_backend=backend,
+    expert = GRPOExpert(steps=2, num_generations=2, batch_size=2, max_completion_length=8, rollout_backend=backend)
+    metrics = train_expert(base, tasks, tmp_path / "expert", expert, sim_workers=2, use_cpu=True,
                            sim_timeouts=TimeoutPolicy())
     assert metrics["steps"] == 2
     assert metrics["rollout_backend"] == backend
@@ -409,10 +407,10 @@ def test_one_rollout_batch_serves_several_steps(base, tmp_path):
     The rollouts' decode steps run compiled (rollout_compile: CPU inductor here), 3 rows at
     a time (rollout_slots: the fourth takes the first slot that frees)."""
     tasks = [t for t in TRAIN if t.difficulty == "easy"][:1]
-    metrics = train_expert(base, tasks, tmp_path / "expert", steps=2, num_generations=2, batch_size=2,
-                           steps_per_generation=2, max_completion_length=8, sim_workers=2, use_cpu=True,
-                           rollout_backend="static", sim_timeouts=TimeoutPolicy(), rollout_compile=True,
-                           rollout_slots=3)
+    expert = GRPOExpert(steps=2, num_generations=2, batch_size=2, steps_per_generation=2, max_completion_length=8,
+                        rollout_backend="static", rollout_compile=True, rollout_slots=3)
+    metrics = train_expert(base, tasks, tmp_path / "expert", expert, sim_workers=2, use_cpu=True,
+                           sim_timeouts=TimeoutPolicy())
     assert metrics["steps"] == 2 and metrics["rollout_compile"] is True and metrics["rollout_slots"] == 3
     assert [call["n"] for call in metrics["reward_calls"]] == [4]
     assert metrics["breakdown"]["rollouts"] == 4

@@ -2,6 +2,7 @@
 Verilator (one design each, shared build cache), held-out splits, the contamination
 check, the stage mixes, and the synth rules in the workflow's job graph."""
 
+import ast
 import filecmp
 import json
 import random
@@ -14,12 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chorus.data import build_stage_dataset
+from chorus.data import build_stage_dataset, program_stimulus
 from chorus.harness import score_many
 from chorus.synth import all_families
 from chorus.synth.contamination import check, normalise_rtl
 from chorus.synth.corpus import (
     corpus_jobs,
+    design_of,
     design_rng,
     gather_corpus,
     make_design,
@@ -27,6 +29,8 @@ from chorus.synth.corpus import (
     task_id,
     write_task,
 )
+from chorus.synth.design import width_text
+from chorus.synth.program import BUDGET_CHOICES, draw_budgets
 from chorus.synth.verify import generate_and_verify, target_from
 from chorus.tasks import DEFAULT_TASK_ROOT, TaskFormatError, load_task, load_tasks
 from conftest import REPO, default_config, run_snakemake, write_config
@@ -280,3 +284,34 @@ def test_loader_checks_synthetic_fields(tmp_path, edit, message):
     (folder / "task.yaml").write_text(yaml.safe_dump(meta))
     with pytest.raises(TaskFormatError, match=message):
         load_task(folder)
+
+
+def test_programmatic_reference_is_a_short_verified_variant(tmp_path, verified):
+    """Every design gets a programmatic reference (chorus.synth.program): its table of
+    inputs is the spec's (names and widths, clock and reset left out); when verification
+    kept it, it is listed with the variants and the `program` mix trains on it alone."""
+    _, tasks = verified
+    kept = [t for t in tasks.values() if program_stimulus(t) is not None]
+    assert len(kept) >= len(tasks) // 2, "most programs should reach their design's target"
+    for task in kept:
+        text = program_stimulus(task).read_text()
+        design = design_of(task)
+        table = re.search(r"^INPUTS = (\{.*\})", text, re.M).group(1)
+        assert ast.literal_eval(table) == {p.name: p.width for p in design.inputs}
+        for port in design.inputs:
+            assert f"| `{port.name}` | input | {width_text(port)} |" in task.spec
+        assert len(text) < 2000  # one short shape for every design
+    shipped = load_tasks(DEFAULT_TASK_ROOT, "train")[:2]
+    rows = build_stage_dataset(shipped + list(tasks.values()), {"program": True}, tmp_path / "program.jsonl")
+    programs = [r for r in rows if r["source"] == "program"]
+    assert [r["task_id"] for r in programs] == [t.id for t in kept]
+    assert all("INPUTS = {" in r["completion"][0]["content"] for r in programs)
+    # a task without a program (shipped, or a dropped program) trains on its reference
+    others = [r for r in rows if r["source"] == "reference"]
+    assert [r["task_id"] for r in others] == [t.id for t in shipped + list(tasks.values()) if t not in kept]
+
+
+def test_program_budgets_are_distinct_and_seeded():
+    first, again = draw_budgets(random.Random("x"), 3), draw_budgets(random.Random("x"), 3)
+    assert first == again and len(set(first)) == 3
+    assert all(b.phases in BUDGET_CHOICES["phases"] for b in first)

@@ -8,6 +8,7 @@ then records every job's params as if it had run, which is what its params trigg
 compares against (a real run of the embedded default costs minutes)."""
 
 import copy
+import os
 import re
 
 import pytest
@@ -87,3 +88,20 @@ def test_a_result_setting_reruns_what_it_changes(finished):
     # every evaluated model, and the harvest samples of both experts
     assert jobs.get("generate") == len(Plan(config).models()) + 2, jobs
     assert "rl" not in jobs and jobs.get("consolidate_sft") == 1
+
+
+def test_another_model_base_reruns_what_starts_from_it(finished, tmp_path):
+    """model.base is an input of the first SFT stage and of the base model's evaluation:
+    pointing it at another model folder re-plans them (and all after them), even when
+    that folder is older than the results."""
+    workdir, config = finished
+    base = tmp_path / "other-model"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    for path in (base / "config.json", base):
+        os.utime(path, (0, 0))
+    changed = copy.deepcopy(config)
+    changed["model"]["base"] = str(base)
+    jobs = planned(workdir, changed)
+    assert jobs.get("sft") == len(config["sft"]["stages"]) and jobs.get("rl") == len(config["rl"]["experts"]), jobs
+    assert "build_base_model" not in jobs  # a folder is used as it is

@@ -10,6 +10,7 @@ fallbacks of their own. A bad config fails with one line naming the key
 from __future__ import annotations
 
 import copy
+import difflib
 from functools import lru_cache
 from pathlib import Path
 
@@ -30,20 +31,47 @@ def load_schema() -> dict:
 
 def _validator(schema: dict):
     """A Draft 2020-12 validator that first fills the `default` of every property an
-    object lacks (recursing into the filled value), then validates as usual."""
+    object lacks (recursing into the filled value) and reads a string as YAML where the
+    schema wants another type (an item of a list too), then validates as usual."""
     from jsonschema import Draft202012Validator, validators
 
     validate_properties = Draft202012Validator.VALIDATORS["properties"]
+    validate_items = Draft202012Validator.VALIDATORS["items"]
 
     def fill_defaults(validator, properties, instance, schema):
         if isinstance(instance, dict):
             for name, subschema in properties.items():
                 if "default" in subschema and name not in instance:
                     instance[name] = copy.deepcopy(subschema["default"])
+                elif name in instance:
+                    instance[name] = _as_yaml(validator, instance[name], subschema)
         yield from validate_properties(validator, properties, instance, schema)
 
-    cls = validators.extend(Draft202012Validator, {"properties": fill_defaults})
+    def items_as_yaml(validator, items, instance, schema):
+        if isinstance(instance, list) and isinstance(items, dict):
+            instance[:] = [_as_yaml(validator, item, items) for item in instance]
+        yield from validate_items(validator, items, instance, schema)
+
+    cls = validators.extend(Draft202012Validator, {"properties": fill_defaults, "items": items_as_yaml})
     return cls(schema)
+
+
+def _as_yaml(validator, value, schema: dict):
+    """`value` read as YAML when it is a string that `schema` refuses and its YAML
+    reading passes, else `value`. Snakemake reads the nested parts of a command line's
+    `--config eval='{k: 4}'` as strings ({'k': '4'}); read again, they are what the same
+    text in a config file gives."""
+    if not isinstance(value, str) or _passes(validator, value, schema):
+        return value
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    return parsed if _passes(validator, copy.deepcopy(parsed), schema) else value
+
+
+def _passes(validator, value, schema: dict) -> bool:
+    return next(validator.descend(value, schema), None) is None
 
 
 def _key(path) -> str:
@@ -52,6 +80,18 @@ def _key(path) -> str:
     for part in path:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text or "(top level)"
+
+
+def _nearest_key(error) -> str:
+    """' (did you mean 'batch_size'?)' for an unknown key close to a known one, else ''."""
+    if error.validator != "additionalProperties" or not isinstance(error.instance, dict):
+        return ""
+    known = list(error.schema.get("properties", {}))
+    hints = []
+    for key in error.instance:
+        if key not in known:
+            hints += [f"{key!r} -> {match!r}" for match in difflib.get_close_matches(str(key), known, n=1)]
+    return f" (did you mean {', '.join(hints)}?)" if hints else ""
 
 
 def fill_defaults(config: dict) -> dict:
@@ -63,7 +103,9 @@ def fill_defaults(config: dict) -> dict:
 
 def check_config(config: dict) -> dict:
     """Fill the schema's defaults into `config` (in place), validate it and run the
-    cross-checks a schema cannot express; returns `config`. Raises ConfigError."""
+    cross-checks between values that a schema cannot express; returns `config`. Raises
+    ConfigError. The names that sections give each other (stages, experts, merges) are
+    the Plan's to check (chorus.plan.checked_plan does both)."""
     from jsonschema.exceptions import best_match
 
     validator = _validator(load_schema())
@@ -75,11 +117,9 @@ def check_config(config: dict) -> dict:
             error = best_match(error.context)
         if error.message != message:
             message = f"{message} ({error.message})"
+        message += _nearest_key(error)
         raise ConfigError(f"invalid config at {_key(error.absolute_path)}: {message}")
     cross_check(config)
-    from chorus.plan import Plan
-
-    Plan(config)  # names: stages, experts, merges (raises ConfigError)
     return config
 
 
@@ -92,8 +132,3 @@ def cross_check(config: dict) -> None:
             f"invalid config at eval.pass_at: {too_large} exceed eval.k={k} "
             "(pass@n needs at least n samples per task)"
         )
-
-
-def load_config(path: str | Path) -> dict:
-    """A config file, completed with the schema's defaults and checked."""
-    return check_config(yaml.safe_load(Path(path).read_text()) or {})

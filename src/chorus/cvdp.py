@@ -151,6 +151,86 @@ def _check_target(target: float | None) -> float | None:
     return float(target)
 
 
+def _answer(row: dict, where: str) -> tuple[str, str]:
+    """The row's one testbench file: its path and the reference solution."""
+    answers = _require(row, "output.context", dict, where)
+    if len(answers) != 1:
+        raise _row_error(where, f"field 'output.context' must name exactly one testbench file, got {sorted(answers)}")
+    (answer_file, solution), = answers.items()
+    if not isinstance(answer_file, str) or not SV_FILE_RE.match(answer_file) or ".." in answer_file.split("/"):
+        raise _row_error(where, f"output.context: {answer_file!r} is not a SystemVerilog file path")
+    if not isinstance(solution, str):
+        raise _row_error(where, f"field 'output.context[{answer_file!r}]' must be a string")
+    return answer_file, solution
+
+
+def _harness_env(files: dict, where: str) -> tuple[dict, float]:
+    """The harness's .env settings and its coverage TARGET (a percentage)."""
+    env_files = [path for path in files if path.rsplit("/", 1)[-1] == ".env"]
+    if not env_files:
+        raise _row_error(where, "field 'harness.files' has no .env file")
+    env_path = "src/.env" if "src/.env" in env_files else env_files[0]
+    if not isinstance(files[env_path], str):
+        raise _row_error(where, f"field 'harness.files[{env_path!r}]' must be a string")
+    env = parse_env(files[env_path])
+    try:
+        row_target = float(env.get("TARGET", ""))
+    except ValueError:
+        raise _row_error(where, f"harness.files[{env_path!r}] lacks TARGET (a coverage percentage)") from None
+    if not 0 <= row_target <= 100:
+        raise _row_error(where, f"harness.files[{env_path!r}]: TARGET {row_target} is not a percentage")
+    return env, row_target
+
+
+def _instance(process: str, env: dict, prompt: str, where: str) -> str:
+    """The design instance whose coverage is graded: from src/process.py's check, the
+    .env's INST, the prompt, else DEFAULT_INSTANCE."""
+    instance = DEFAULT_INSTANCE
+    checks = _INSTANCE_CHECK.findall(process)
+    if checks:
+        instance, column = checks[0]
+        if column != "Average":
+            raise _row_error(
+                where, f"src/process.py grades metrics[{instance!r}][{column!r}]; only 'Average' is supported"
+            )
+    elif env.get("INST"):
+        instance = env["INST"]
+    elif found := _PROMPT_INSTANCE.findall(prompt):
+        instance = found[0][1]
+    if not _IDENT.match(instance):
+        raise _row_error(where, f"instance name {instance!r} is not an identifier")
+    return instance
+
+
+def _design_files(files: dict, context: dict, process: str, answer_file: str, where: str) -> dict[str, str]:
+    """The design's files by name: those src/process.py simulates besides the answer, else
+    the harness's own HDL files."""
+    available = {p: c for p, c in {**context, **files}.items() if isinstance(c, str)}
+    simulated = _simulation_files(process)
+    if simulated:
+        sources = []
+        for path in simulated:
+            rel = _container_to_row_path(path)
+            if rel == answer_file:
+                continue
+            if rel not in available:
+                raise _row_error(where, f"src/process.py simulates {path!r}, which is not in the row's files")
+            sources.append(rel)
+        if not any(_container_to_row_path(p) == answer_file for p in simulated):
+            raise _row_error(where, f"src/process.py does not simulate the answer file {answer_file!r}")
+    else:  # no simulation command: the harness's own HDL files
+        sources = sorted(p for p in files if p.startswith("src/") and p.endswith((".sv", ".v")))
+    if not sources:
+        raise _row_error(where, "no design files (src/*.sv in harness.files, or the files of src/process.py)")
+    rtl: dict[str, str] = {}
+    for rel in sources:
+        name = rel.rsplit("/", 1)[-1]
+        if name in rtl and rtl[name] != available[rel]:
+            raise _row_error(where, f"two design files are named {name!r}")
+        rtl[name] = available[rel]
+    return rtl
+
+
 def convert_row(
     row: object,
     out_dir: Path,
@@ -181,68 +261,12 @@ def convert_row(
     context = row["input"].get("context", {})
     if not isinstance(context, dict) or not all(isinstance(v, str) for v in context.values()):
         raise _row_error(where, "field 'input.context' must be an object of path -> code")
-    answers = _require(row, "output.context", dict, where)
-    if len(answers) != 1:
-        raise _row_error(where, f"field 'output.context' must name exactly one testbench file, got {sorted(answers)}")
-    (answer_file, solution), = answers.items()
-    if not isinstance(answer_file, str) or not SV_FILE_RE.match(answer_file) or ".." in answer_file.split("/"):
-        raise _row_error(where, f"output.context: {answer_file!r} is not a SystemVerilog file path")
-    if not isinstance(solution, str):
-        raise _row_error(where, f"field 'output.context[{answer_file!r}]' must be a string")
+    answer_file, solution = _answer(row, where)
     files = _require(row, "harness.files", dict, where)
-    env_files = [path for path in files if path.rsplit("/", 1)[-1] == ".env"]
-    if not env_files:
-        raise _row_error(where, "field 'harness.files' has no .env file")
-    env_path = "src/.env" if "src/.env" in env_files else env_files[0]
-    if not isinstance(files[env_path], str):
-        raise _row_error(where, f"field 'harness.files[{env_path!r}]' must be a string")
-    env = parse_env(files[env_path])
-    try:
-        row_target = float(env.get("TARGET", ""))
-    except ValueError:
-        raise _row_error(where, f"harness.files[{env_path!r}] lacks TARGET (a coverage percentage)") from None
-    if not 0 <= row_target <= 100:
-        raise _row_error(where, f"harness.files[{env_path!r}]: TARGET {row_target} is not a percentage")
-
+    env, row_target = _harness_env(files, where)
     process = files.get("src/process.py") if isinstance(files.get("src/process.py"), str) else ""
-    instance = DEFAULT_INSTANCE
-    checks = _INSTANCE_CHECK.findall(process)
-    if checks:
-        instance, column = checks[0]
-        if column != "Average":
-            raise _row_error(
-                where, f"src/process.py grades metrics[{instance!r}][{column!r}]; only 'Average' is supported"
-            )
-    elif env.get("INST"):
-        instance = env["INST"]
-    elif found := _PROMPT_INSTANCE.findall(prompt):
-        instance = found[0][1]
-    if not _IDENT.match(instance):
-        raise _row_error(where, f"instance name {instance!r} is not an identifier")
-
-    available = {p: c for p, c in {**context, **files}.items() if isinstance(c, str)}
-    simulated = _simulation_files(process)
-    if simulated:
-        sources = []
-        for path in simulated:
-            rel = _container_to_row_path(path)
-            if rel == answer_file:
-                continue
-            if rel not in available:
-                raise _row_error(where, f"src/process.py simulates {path!r}, which is not in the row's files")
-            sources.append(rel)
-        if not any(_container_to_row_path(p) == answer_file for p in simulated):
-            raise _row_error(where, f"src/process.py does not simulate the answer file {answer_file!r}")
-    else:  # no simulation command: the harness's own HDL files
-        sources = sorted(p for p in files if p.startswith("src/") and p.endswith((".sv", ".v")))
-    if not sources:
-        raise _row_error(where, "no design files (src/*.sv in harness.files, or the files of src/process.py)")
-    rtl: dict[str, str] = {}
-    for rel in sources:
-        name = rel.rsplit("/", 1)[-1]
-        if name in rtl and rtl[name] != available[rel]:
-            raise _row_error(where, f"two design files are named {name!r}")
-        rtl[name] = available[rel]
+    instance = _instance(process, env, prompt, where)
+    rtl = _design_files(files, context, process, answer_file, where)
     toplevel = env.get("TOPLEVEL") or design_top(rtl, prompt, where)
     if not _IDENT.match(toplevel):
         raise _row_error(where, f"top module {toplevel!r} is not a module name")

@@ -2,7 +2,7 @@
 
 Row: {"prompt": [system, user], "completion": [assistant], "task_id", "source"} where
 source is "reference" (a task's reference stimulus or one of its verified variants),
-"format" (the task's shortest passing reference: a short, well-formed module that also
+"program" (a synthetic task's programmatic reference, chorus.synth.program), "format" (the task's shortest passing reference: a short, well-formed module that also
 passes, teaching the answer format by example) or "verified" (a sample the simulator
 verified as passing). Trivial stimuli never train: they fail by construction.
 """
@@ -15,6 +15,7 @@ import pandas as pd
 
 from chorus.io import read_jsonl, write_jsonl
 from chorus.prompts import build_prompt, extract_stimulus, format_completion
+from chorus.synth.program import PROGRAM_FILE
 from chorus.tasks import Task
 
 
@@ -27,7 +28,13 @@ def sft_row(task: Task, stimulus: str, source: str) -> dict:
     }
 
 
-MIX_KEYS = {"reference", "format", "verified", "variants", "families", "sources"}
+MIX_KEYS = {"reference", "program", "format", "verified", "variants", "families", "sources"}
+
+
+def program_stimulus(task: Task) -> Path | None:
+    """The task's verified programmatic reference (a variant at PROGRAM_FILE), if any."""
+    wanted = task.root / PROGRAM_FILE
+    return next((p for p in task.reference_variants if p == wanted), None)
 
 
 def verified_rows(tasks: list[Task], samples_jsonl: str | Path | list) -> list[dict]:
@@ -80,6 +87,8 @@ def build_stage_dataset(tasks: list[Task], mix: dict, out_path: str | Path) -> l
     shown by an example that passes; trivial stimuli never train);
     `reference: [difficulties]` -> reference stimuli of selected tasks of those
     difficulties, with `variants: true` also their verified variants (other styles);
+    `program: true` -> every selected task's programmatic reference, or its reference
+    when it has none (the shipped tasks);
     `verified: path | [paths]` -> passing samples from {task_id, completion, passed} rows;
     `families: [...]`, `sources: [shipped, synthetic]` -> which tasks the mix draws from.
     Only the tasks given are used: pass train tasks (test tasks never train)."""
@@ -99,6 +108,13 @@ def build_stage_dataset(tasks: list[Task], mix: dict, out_path: str | Path) -> l
         if t.difficulty in difficulties:
             paths = t.references() if mix.get("variants") else t.references()[:1]
             rows += [sft_row(t, p.read_text(), "reference") for p in paths]
+    if mix.get("program"):
+        for t in selected:
+            program = program_stimulus(t)
+            if program is not None:
+                rows.append(sft_row(t, program.read_text(), "program"))
+            elif t.reference_stimulus:
+                rows.append(sft_row(t, t.reference_stimulus.read_text(), "reference"))
     if mix.get("verified"):
         rows += verified_rows(selected, mix["verified"])
     if not rows:

@@ -83,7 +83,8 @@ def sample_completions(
                 batch_size=batch_size, seed=seed, device=device, dtype=dtype,
             ):
                 new_tokens += n_tokens
-                journal.append({"task_id": task_id, "sample_id": sample_id, "completion": text})
+                journal.append({"task_id": task_id, "sample_id": sample_id, "completion": text,
+                                "new_tokens": n_tokens})
                 progress.update()
     ordered = [journal.done[(t.id, i)] for t in tasks for i in range(k)]
     journal.finish(out_jsonl, ordered)
@@ -413,194 +414,240 @@ class StaticDecoder:
 
     def _generate(self, input_ids, attention_mask, max_new_tokens, temperature, top_p, stop_ids, pad_id,
                   on_finished, kv_block, slots):
-        torch = self.torch
+        with self.torch.no_grad():
+            return _DecodeRun(self, input_ids, attention_mask, max_new_tokens, temperature, top_p, stop_ids, pad_id,
+                              on_finished, kv_block, slots).run()
+
+
+class _DecodeRun:
+    """One StaticDecoder.generate call: the static cache, the per-slot state every decode
+    step reads and updates in place, the host's record of which caller row sits in which
+    slot, and the captured step graphs (one per prefix length at the current batch size)."""
+
+    def __init__(self, decoder: StaticDecoder, input_ids, attention_mask, max_new_tokens, temperature, top_p,
+                 stop_ids, pad_id, on_finished, kv_block, slots):
+        torch = self.torch = decoder.torch
         from transformers import StaticCache
         from transformers.cache_utils import StaticLayer
 
-        input_ids, attention_mask = input_ids.cpu(), attention_mask.cpu()
-        rows_total, prompt_len = input_ids.shape
-        width = min(slots or rows_total, rows_total)  # rows decoded at once
-        max_len = prompt_len + max_new_tokens  # no row's keys reach past its prompt + its new tokens
+        self.decoder, self.device = decoder, decoder.device
+        self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+        self.pad_id, self.on_finished, self.kv_block = pad_id, on_finished, kv_block
+        self.input_ids, self.attention_mask = input_ids.cpu(), attention_mask.cpu()
+        self.rows_total, self.prompt_len = self.input_ids.shape
+        width = self.width = min(slots or self.rows_total, self.rows_total)  # rows decoded at once
+        self.max_len = self.prompt_len + max_new_tokens  # no row's keys reach past its prompt + its new tokens
         # with prefix views, one spare position (never valid, never read): every view is a strict
         # prefix, so the keys and mask attention sees have one layout (one compiled graph)
-        capacity = max_len + (1 if kv_block else 0)
-        cache = StaticCache(config=self.model.config, max_cache_len=capacity)
-        if not all(isinstance(layer, StaticLayer) and not layer.is_sliding for layer in cache.layers):
+        capacity = self.capacity = self.max_len + (1 if kv_block else 0)
+        self.cache = StaticCache(config=decoder.model.config, max_cache_len=capacity)
+        if not all(isinstance(layer, StaticLayer) and not layer.is_sliding for layer in self.cache.layers):
             raise ValueError("StaticDecoder needs a model whose cache layers all attend to the whole sequence")
-        stops = torch.tensor(list(stop_ids) or [-1], device=self.device)
+        self.stops = torch.tensor(list(stop_ids) or [-1], device=self.device)
+        device = self.device
         # the state every step reads and updates in place, one row per slot; `tokens` has
         # one column more, where the rows that have ended write padding
-        state = types.SimpleNamespace(
-            tokens=torch.full((width, max_new_tokens + 1), pad_id, dtype=torch.long, device=self.device),
-            count=torch.zeros(width, dtype=torch.long, device=self.device),  # the row's tokens so far
-            done=torch.ones(width, dtype=torch.bool, device=self.device),  # an empty slot is done
-            pad=torch.full((width,), pad_id, dtype=torch.long, device=self.device),
-            step_ids=torch.zeros((width, 1), dtype=torch.long, device=self.device),
-            step_pos=torch.zeros((width, 1), dtype=torch.long, device=self.device),
-            write_pos=torch.zeros(width, dtype=torch.long, device=self.device),  # cache position of the next keys
-            key_valid=torch.zeros((width, capacity), dtype=torch.bool, device=self.device),
+        self.state = types.SimpleNamespace(
+            tokens=torch.full((width, max_new_tokens + 1), pad_id, dtype=torch.long, device=device),
+            count=torch.zeros(width, dtype=torch.long, device=device),  # the row's tokens so far
+            done=torch.ones(width, dtype=torch.bool, device=device),  # an empty slot is done
+            pad=torch.full((width,), pad_id, dtype=torch.long, device=device),
+            step_ids=torch.zeros((width, 1), dtype=torch.long, device=device),
+            step_pos=torch.zeros((width, 1), dtype=torch.long, device=device),
+            write_pos=torch.zeros(width, dtype=torch.long, device=device),  # cache position of the next keys
+            key_valid=torch.zeros((width, capacity), dtype=torch.bool, device=device),
             noise=None,  # the exponential race's E_i, a buffer the size of the logits
         )
+        self.out = torch.full((self.rows_total, max_new_tokens), pad_id, dtype=torch.long)
+        self.lengths = torch.zeros(self.rows_total, dtype=torch.long)
+        self.slot_row = [-1] * width  # the caller's row in each slot (-1: none, or reported)
+        self.ends_by = [0] * width  # the step by which the slot's row has surely ended
+        self.write_offset = [0] * width  # the cache position the row writes at step t: at most t + this
+        self.admitted = 0  # rows handed to slots so far, in the caller's order
+        self.graphs: dict = {}  # prefix length -> the captured step at the current batch size
+        self.retired: list = []  # graphs of earlier batch sizes, alive until the end (their pool is shared)
+        self.pool = torch.cuda.graph_pool_handle() if decoder.use_graph else None
+        self.side = torch.cuda.Stream() if decoder.use_graph else None
+        self.warm_until = decoder.WARMUP
+        self.warmed: set = set()  # compiled: prefix lengths stepped eagerly at this batch size (compiling there)
+        self.steps = self.last_end = self.furthest = 0
 
-        def emit(drawn) -> None:
-            """Advance every live row by its drawn token (no host sync)."""
-            live = ~state.done
-            next_ids = torch.where(state.done, state.pad, drawn)
-            state.tokens.scatter_(1, state.count[:, None], next_ids[:, None])
-            state.count.add_(live)
-            # not torch.isin: past ~20 stop ids it sorts and calls unique, which syncs (no capture)
-            state.done.logical_or_((next_ids[:, None] == stops).any(-1)).logical_or_(state.count >= max_new_tokens)
-            state.step_ids.copy_(next_ids[:, None])
-            state.step_pos.add_(live[:, None])
-            state.write_pos.add_(live)
-            state.key_valid.scatter_(1, state.write_pos[:, None], True)  # the position this token's keys go to
+    def run(self):
+        """Decode until every row has ended; (tokens, lengths) as StaticDecoder.generate."""
+        decoder = self.decoder
+        while True:
+            if self.steps % decoder.CHECK_EVERY == 0 or self.steps >= self.last_end:  # one device sync per check
+                if not self.check():
+                    break
+            view = decoder._view(self.steps + self.furthest + 1, self.max_len, self.kv_block)
+            if self.state.noise is not None:
+                self.state.noise.exponential_()
+            self.decode_step(view)
+            self.steps += 1
+        return self.out[:, : max(1, int(self.lengths.max()))], self.lengths
 
-        def step(view: int) -> None:
-            with self._layers_compiled():
-                logits = self._forward(cache, input_ids=state.step_ids, position_ids=state.step_pos,
-                                       attention_mask=state.key_valid[:, None, None, :view])
-            emit(draw_tokens(logits, temperature, top_p, state.noise))
+    def check(self) -> bool:
+        """The host's look: ended rows harvested, free slots refilled, the batch compacted
+        when worth it; False once no row is live."""
+        self.harvest()
+        free = [slot for slot in range(len(self.slot_row)) if self.slot_row[slot] < 0][: self.rows_total - self.admitted]
+        if free:
+            self.admit(free, list(range(self.admitted, self.admitted + len(free))))
+            self.admitted += len(free)
+        live = [slot for slot in range(len(self.slot_row)) if self.slot_row[slot] >= 0]
+        if not live:
+            return False
+        self.last_end = max(self.ends_by[slot] for slot in live)
+        # the filled prefix the steps until the next check read (rows that have ended
+        # meanwhile write no further: an upper bound)
+        self.furthest = max(self.write_offset[slot] for slot in live)
+        decoder = self.decoder
+        if (decoder.compact and self.admitted == self.rows_total and len(live) <= len(self.slot_row) // 2
+                and len(self.slot_row) >= decoder.COMPACT_MIN_ROWS
+                and self.last_end - self.steps >= 2 * decoder.CHECK_EVERY):
+            self.compact(live)
+        return True
 
-        def admit(free: list[int], callers: list[int]) -> None:
-            """Prefill the callers' rows into the free slots: the first rows (every slot free,
-            the cache still empty) straight into the cache, later ones on their own, their keys
-            then copied into their slots."""
-            mask = attention_mask[callers]
-            own_len = int(mask.sum(-1).max())  # their prompts without the columns only padding fills
-            ids, mask = (t[:, prompt_len - own_len:].to(self.device) for t in (input_ids[callers], mask))
-            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
-            at = torch.tensor(free, device=self.device)
-            if not cache.layers[0].is_initialized:  # the first rows, one per slot: straight into the cache
-                logits = self._forward(cache, input_ids=ids, attention_mask=mask, position_ids=positions)
-                for layer in cache.layers:
-                    self._write_per_row(layer, state)
+    def compact(self, live: list[int]) -> None:
+        """The ended rows leave the batch (their tokens are in `out`): the state and the
+        cache cut to the live rows, whose steps get graphs of the new size. At least 2 rows
+        (an empty one decodes padding beside the last live row): a batch of 1 is a new
+        specialisation, a recompile of every layer."""
+        state = self.state
+        keep = live + [slot for slot in range(len(self.slot_row)) if self.slot_row[slot] < 0][: max(0, 2 - len(live))]
+        at = self.torch.tensor(keep, device=self.device)
+        for name in ("tokens", "count", "done", "pad", "step_ids", "step_pos", "write_pos", "key_valid"):
+            setattr(state, name, getattr(state, name).index_select(0, at))
+        if state.noise is not None:
+            state.noise = state.noise[: len(keep)]
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(0, at)
+            layer.values = layer.values.index_select(0, at)
+        self.slot_row, self.ends_by, self.write_offset = (
+            [values[slot] for slot in keep] for values in (self.slot_row, self.ends_by, self.write_offset))
+        self.retired.extend(self.graphs.values())
+        self.graphs.clear()
+        self.warm_until = self.steps + self.decoder.WARMUP
+        self.warmed.clear()
+
+    def decode_step(self, view: int) -> None:
+        """One decode step over the first `view` cache positions: a graph's replay, its
+        capture, or an eager step (on the side stream while warming up)."""
+        torch, decoder = self.torch, self.decoder
+        if view in self.graphs:
+            self.graphs[view].replay()
+        elif decoder.use_graph and self.steps >= self.warm_until and (view in self.warmed or not decoder.compiled):
+            torch.cuda.current_stream().wait_stream(self.side)
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph, pool=self.pool):  # records only: the step runs at the replay
+                    self.step(view)
+            except Exception as err:  # a step that cannot be captured: decode eagerly
+                log.warning("CUDA graph capture failed (%r, in the step: %r); decoding without graphs",
+                            err, err.__context__)
+                decoder.use_graph, self.side = False, None
+                self.step(view)
             else:
-                filled = StaticCache(config=self.model.config, max_cache_len=own_len)
-                logits = self._forward(filled, input_ids=ids, attention_mask=mask, position_ids=positions)
-                for layer, new in zip(cache.layers, filled.layers):
-                    layer.keys[:, :, :own_len].index_copy_(0, at, new.keys)
-                    layer.values[:, :, :own_len].index_copy_(0, at, new.values)
-            drawn = draw_tokens(logits, temperature, top_p)
-            if temperature > 0 and state.noise is None:
-                state.noise = torch.empty((width, logits.shape[-1]), device=self.device)  # drawn before each step
-            valid = torch.zeros((len(free), capacity), dtype=torch.bool, device=self.device)
-            valid[:, :own_len] = mask.bool()
-            valid[:, own_len] = True  # the first new token's keys
-            first = torch.full((len(free), max_new_tokens + 1), pad_id, dtype=torch.long, device=self.device)
-            first[:, 0] = drawn
-            state.key_valid.index_copy_(0, at, valid)
-            state.tokens.index_copy_(0, at, first)
-            state.count.index_fill_(0, at, 1)
-            state.done.index_copy_(0, at, (drawn[:, None] == stops).any(-1) | (max_new_tokens <= 1))
-            state.step_ids.index_copy_(0, at, drawn[:, None])
-            state.step_pos.index_copy_(0, at, positions[:, -1:] + 1)
-            state.write_pos.index_fill_(0, at, own_len)
-            for slot, caller in zip(free, callers):
-                slot_row[slot], ends_by[slot], write_offset[slot] = caller, steps + max_new_tokens - 1, own_len - steps
+                self.graphs[view] = graph
+                graph.replay()
+        else:
+            side = self.side
+            if side is not None:
+                side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                try:
+                    self.step(view)
+                except torch._dynamo.exc.TorchDynamoException as err:
+                    if not decoder.compiled:
+                        raise
+                    # raised while compiling, before the step touched any state: decode uncompiled
+                    log.warning("torch.compile of the decode step failed (%r); decoding uncompiled", err)
+                    decoder.compiled = False
+                    self.step(view)
+            self.warmed.add(view)
+            if side is not None:
+                torch.cuda.current_stream().wait_stream(side)
 
-        def harvest() -> None:
-            """The ended rows' tokens to `out` (and on_finished); their slots become free."""
-            ended = [slot for slot, done in enumerate(state.done.cpu().tolist()) if done and slot_row[slot] >= 0]
-            if not ended:
-                return
-            at = torch.tensor(ended, device=self.device)
-            counts = state.count.index_select(0, at).cpu().tolist()
-            rows = state.tokens.index_select(0, at).cpu()
-            for slot, count, row in zip(ended, counts, rows):
-                caller = slot_row[slot]
-                out[caller, :count], lengths[caller] = row[:count], count
-                slot_row[slot] = -1
-                if on_finished is not None:
-                    on_finished(caller, row[:count].tolist())
+    def step(self, view: int) -> None:
+        state = self.state
+        with self.decoder._layers_compiled():
+            logits = self.decoder._forward(self.cache, input_ids=state.step_ids, position_ids=state.step_pos,
+                                           attention_mask=state.key_valid[:, None, None, :view])
+        self.emit(draw_tokens(logits, self.temperature, self.top_p, state.noise))
 
-        out = torch.full((rows_total, max_new_tokens), pad_id, dtype=torch.long)
-        lengths = torch.zeros(rows_total, dtype=torch.long)
-        slot_row = [-1] * width  # the caller's row in each slot (-1: none, or reported)
-        ends_by = [0] * width  # the step by which the slot's row has surely ended
-        write_offset = [0] * width  # the cache position the row writes at step t: at most t + this
-        admitted = 0  # rows handed to slots so far, in the caller's order
-        graphs: dict = {}  # prefix length -> the captured step at the current batch size
-        retired = []  # graphs of earlier batch sizes, alive until the end (their pool is shared)
-        pool = torch.cuda.graph_pool_handle() if self.use_graph else None
-        side = torch.cuda.Stream() if self.use_graph else None
-        warm_until = self.WARMUP
-        warmed: set = set()  # compiled: prefix lengths stepped eagerly at this batch size (compiling there)
-        steps = last_end = furthest = 0
-        with torch.no_grad():
-            while True:
-                if steps % self.CHECK_EVERY == 0 or steps >= last_end:  # one device sync per check
-                    harvest()
-                    free = [slot for slot in range(len(slot_row)) if slot_row[slot] < 0][: rows_total - admitted]
-                    if free:
-                        admit(free, list(range(admitted, admitted + len(free))))
-                        admitted += len(free)
-                    live = [slot for slot in range(len(slot_row)) if slot_row[slot] >= 0]
-                    if not live:
-                        break
-                    last_end = max(ends_by[slot] for slot in live)
-                    # the filled prefix the steps until the next check read (rows that have ended
-                    # meanwhile write no further: an upper bound)
-                    furthest = max(write_offset[slot] for slot in live)
-                    if (self.compact and admitted == rows_total and len(live) <= len(slot_row) // 2
-                            and len(slot_row) >= self.COMPACT_MIN_ROWS and last_end - steps >= 2 * self.CHECK_EVERY):
-                        # the ended rows leave the batch (their tokens are in `out`): the state and
-                        # the cache cut to the live rows, whose steps get graphs of the new size. At
-                        # least 2 rows (an empty one decodes padding beside the last live row): a
-                        # batch of 1 is a new specialisation, a recompile of every layer
-                        keep = live + [slot for slot in range(len(slot_row)) if slot_row[slot] < 0][
-                            : max(0, 2 - len(live))]
-                        at = torch.tensor(keep, device=self.device)
-                        for name in ("tokens", "count", "done", "pad", "step_ids", "step_pos", "write_pos",
-                                     "key_valid"):
-                            setattr(state, name, getattr(state, name).index_select(0, at))
-                        if state.noise is not None:
-                            state.noise = state.noise[: len(keep)]
-                        for layer in cache.layers:
-                            layer.keys = layer.keys.index_select(0, at)
-                            layer.values = layer.values.index_select(0, at)
-                        slot_row, ends_by, write_offset = ([values[slot] for slot in keep]
-                                                           for values in (slot_row, ends_by, write_offset))
-                        retired.extend(graphs.values())
-                        graphs.clear()
-                        warm_until = steps + self.WARMUP
-                        warmed.clear()
-                view = self._view(steps + furthest + 1, max_len, kv_block)
-                if state.noise is not None:
-                    state.noise.exponential_()
-                if view in graphs:
-                    graphs[view].replay()
-                elif self.use_graph and steps >= warm_until and (view in warmed or not self.compiled):
-                    torch.cuda.current_stream().wait_stream(side)
-                    graph = torch.cuda.CUDAGraph()
-                    try:
-                        with torch.cuda.graph(graph, pool=pool):  # records only: the step runs at the replay
-                            step(view)
-                    except Exception as err:  # a step that cannot be captured: decode eagerly
-                        log.warning("CUDA graph capture failed (%r, in the step: %r); decoding without graphs",
-                                    err, err.__context__)
-                        self.use_graph, side = False, None
-                        step(view)
-                    else:
-                        graphs[view] = graph
-                        graph.replay()
-                else:
-                    if side is not None:
-                        side.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-                        try:
-                            step(view)
-                        except torch._dynamo.exc.TorchDynamoException as err:
-                            if not self.compiled:
-                                raise
-                            # raised while compiling, before the step touched any state: decode uncompiled
-                            log.warning("torch.compile of the decode step failed (%r); decoding uncompiled", err)
-                            self.compiled = False
-                            step(view)
-                    warmed.add(view)
-                    if side is not None:
-                        torch.cuda.current_stream().wait_stream(side)
-                steps += 1
-        return out[:, : max(1, int(lengths.max()))], lengths
+    def emit(self, drawn) -> None:
+        """Advance every live row by its drawn token (no host sync)."""
+        torch, state = self.torch, self.state
+        live = ~state.done
+        next_ids = torch.where(state.done, state.pad, drawn)
+        state.tokens.scatter_(1, state.count[:, None], next_ids[:, None])
+        state.count.add_(live)
+        # not torch.isin: past ~20 stop ids it sorts and calls unique, which syncs (no capture)
+        state.done.logical_or_((next_ids[:, None] == self.stops).any(-1)).logical_or_(
+            state.count >= self.max_new_tokens)
+        state.step_ids.copy_(next_ids[:, None])
+        state.step_pos.add_(live[:, None])
+        state.write_pos.add_(live)
+        state.key_valid.scatter_(1, state.write_pos[:, None], True)  # the position this token's keys go to
+
+    def admit(self, free: list[int], callers: list[int]) -> None:
+        """Prefill the callers' rows into the free slots: the first rows (every slot free,
+        the cache still empty) straight into the cache, later ones on their own, their keys
+        then copied into their slots."""
+        from transformers import StaticCache
+
+        torch, state, decoder, cache = self.torch, self.state, self.decoder, self.cache
+        max_new_tokens, capacity = self.max_new_tokens, self.capacity
+        mask = self.attention_mask[callers]
+        own_len = int(mask.sum(-1).max())  # their prompts without the columns only padding fills
+        ids, mask = (t[:, self.prompt_len - own_len:].to(self.device) for t in (self.input_ids[callers], mask))
+        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        at = torch.tensor(free, device=self.device)
+        if not cache.layers[0].is_initialized:  # the first rows, one per slot: straight into the cache
+            logits = decoder._forward(cache, input_ids=ids, attention_mask=mask, position_ids=positions)
+            for layer in cache.layers:
+                decoder._write_per_row(layer, state)
+        else:
+            filled = StaticCache(config=decoder.model.config, max_cache_len=own_len)
+            logits = decoder._forward(filled, input_ids=ids, attention_mask=mask, position_ids=positions)
+            for layer, new in zip(cache.layers, filled.layers):
+                layer.keys[:, :, :own_len].index_copy_(0, at, new.keys)
+                layer.values[:, :, :own_len].index_copy_(0, at, new.values)
+        drawn = draw_tokens(logits, self.temperature, self.top_p)
+        if self.temperature > 0 and state.noise is None:
+            state.noise = torch.empty((self.width, logits.shape[-1]), device=self.device)  # drawn before each step
+        valid = torch.zeros((len(free), capacity), dtype=torch.bool, device=self.device)
+        valid[:, :own_len] = mask.bool()
+        valid[:, own_len] = True  # the first new token's keys
+        first = torch.full((len(free), max_new_tokens + 1), self.pad_id, dtype=torch.long, device=self.device)
+        first[:, 0] = drawn
+        state.key_valid.index_copy_(0, at, valid)
+        state.tokens.index_copy_(0, at, first)
+        state.count.index_fill_(0, at, 1)
+        state.done.index_copy_(0, at, (drawn[:, None] == self.stops).any(-1) | (max_new_tokens <= 1))
+        state.step_ids.index_copy_(0, at, drawn[:, None])
+        state.step_pos.index_copy_(0, at, positions[:, -1:] + 1)
+        state.write_pos.index_fill_(0, at, own_len)
+        for slot, caller in zip(free, callers):
+            self.slot_row[slot] = caller
+            self.ends_by[slot] = self.steps + max_new_tokens - 1
+            self.write_offset[slot] = own_len - self.steps
+
+    def harvest(self) -> None:
+        """The ended rows' tokens to `out` (and on_finished); their slots become free."""
+        state = self.state
+        ended = [slot for slot, done in enumerate(state.done.cpu().tolist()) if done and self.slot_row[slot] >= 0]
+        if not ended:
+            return
+        at = self.torch.tensor(ended, device=self.device)
+        counts = state.count.index_select(0, at).cpu().tolist()
+        rows = state.tokens.index_select(0, at).cpu()
+        for slot, count, row in zip(ended, counts, rows):
+            caller = self.slot_row[slot]
+            self.out[caller, :count], self.lengths[caller] = row[:count], count
+            self.slot_row[slot] = -1
+            if self.on_finished is not None:
+                self.on_finished(caller, row[:count].tolist())
 
 
 def _static_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device, dtype):

@@ -83,13 +83,14 @@ def launch(target: str, kwargs: dict, processes: int = 1, *, always_launcher: bo
 
 def launch_training(target: str, kwargs: dict, settings: dict):
     """A workflow training job: `settings` is the rule's `launch` params (config `device`,
-    `deepspeed`, `train_processes`); the device and DeepSpeed config join `kwargs`."""
+    `deepspeed`, `train_processes` as `processes`) with `compile_cache`
+    (chorus.plan.job_settings); the device and DeepSpeed config join `kwargs`."""
     from chorus.training import resolve_device
 
     device = resolve_device(settings["device"])
-    use_compile_cache(settings.get("compile_cache"))
-    processes = process_count(device, settings.get("processes", "auto"))
-    deepspeed = settings.get("deepspeed")
+    use_compile_cache(settings["compile_cache"])
+    processes = process_count(device, settings["processes"])
+    deepspeed = settings["deepspeed"]
     job = {**kwargs, "device": device, "deepspeed_config": deepspeed}
     return launch(target, job, processes, always_launcher=bool(deepspeed))
 

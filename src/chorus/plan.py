@@ -10,11 +10,13 @@ start-up with a message naming the key.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass
 
-from chorus.config import ConfigError
+from chorus.config import ConfigError, check_config, fill_defaults
+from chorus.merge import METHODS
 from chorus.modeling import GGUF_PRESETS, is_preset
 
 MODEL_KINDS = ("base", "sft", "rl", "merge", "consolidated")
@@ -40,15 +42,51 @@ def _unique(names: list[str], what: str) -> None:
 
 
 REPLICA = re.compile(r"^(?P<expert>.+)\.seed(?P<seed>\d+)$")
+
+# Settings that change no result (the checkpoint interval, the compile cache, the
+# simulation's niceness): never in a rule's params, so editing them re-runs nothing. The
+# job reads them from the config at run time: job_settings adds them to the params of
+# the same name. params name -> (config section, None for the top level; its keys).
+RUN_TIME_SETTINGS = {
+    "stage": ("sft", ("save_steps",)),
+    "expert": ("rl", ("save_steps",)),
+    "simulation": ("simulation", ("nice",)),
+    "launch": (None, ("compile_cache",)),
+}
 # Settings added after runs were made, null by default: left out of a job's params while
-# unset, so that those runs keep their params and re-run nothing.
-OPTIONAL_RL_SETTINGS = ("steps_per_generation",)
-OPTIONAL_SAMPLING_SETTINGS = ("batch_size",)
+# null, so that those runs keep their params and re-run nothing; job_settings puts the
+# null back, so a job reads every key of its section. params name -> keys.
+ADDED_LATER = {
+    "expert": ("steps_per_generation",),
+    "sampling": ("batch_size",),
+}
 
 
-def without_unset(settings: dict, optional: tuple[str, ...]) -> dict:
-    """`settings` without the `optional` keys whose value is None."""
-    return {k: v for k, v in settings.items() if not (k in optional and v is None)}
+def without_unset(settings: dict, params: str) -> dict:
+    """`settings` without the ADDED_LATER keys of `params` whose value is None."""
+    added = ADDED_LATER.get(params, ())
+    return {k: v for k, v in settings.items() if not (k in added and v is None)}
+
+
+def job_settings(params, config: dict) -> dict:
+    """A workflow job's settings, by params name: its rule's params (what changes its
+    result), each completed with the run-time settings of its config section
+    (RUN_TIME_SETTINGS, read from the checked `config`) and the nulls left out of it
+    (ADDED_LATER). `params`: the script's snakemake.params; `config`: snakemake.config."""
+    settings = {}
+    for name, value in dict(params).items():
+        if isinstance(value, dict):
+            section, keys = RUN_TIME_SETTINGS.get(name, (None, ()))
+            source = config[section] if section else config
+            value = {**{k: None for k in ADDED_LATER.get(name, ())}, **value, **{k: source[k] for k in keys}}
+        settings[name] = value
+    return settings
+
+
+def checked_plan(config: dict) -> "Plan":
+    """The workflow's plan of `config`, which is first completed with the schema's
+    defaults and checked (chorus.config.check_config); raises ConfigError."""
+    return Plan(check_config(config))
 
 
 def replica_group(model_id: str) -> str:
@@ -57,13 +95,42 @@ def replica_group(model_id: str) -> str:
     return match["expert"] if match else model_id
 
 
+def check_merge_method(key: str, name: str, experts: int, params: dict) -> None:
+    """A merge strategy against the method's row of chorus.merge.METHODS: a known method,
+    the number of experts it merges, only params it reads."""
+    method = METHODS.get(name)
+    if method is None:
+        near = difflib.get_close_matches(name, METHODS, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ConfigError(f"invalid config at {key}.method: {name!r} is none of {', '.join(METHODS)}{hint}")
+    if method.models is not None and experts != method.models:
+        raise ConfigError(f"{key}: {name} merges exactly {method.models} experts, got {experts}")
+    unread = [p for p in params if p not in method.params]
+    if unread:
+        raise ConfigError(f"invalid config at {key}.params: {name} reads no {unread} (it reads {list(method.params)})")
+
+
+def check_model_base(base: str | None) -> None:
+    """model.base: null (the tiny model), a preset, or a readable Hugging Face model
+    folder (its config.json); else ConfigError naming the key, before any job starts."""
+    if not base or is_preset(base):
+        return
+    if os.sep not in base and not os.path.exists(base):
+        raise ConfigError(f"model.base: {base!r} is neither a preset ({', '.join(GGUF_PRESETS)}) nor a model folder")
+    config_json = os.path.join(base, "config.json")
+    if not os.path.isdir(base):
+        raise ConfigError(f"model.base: {base!r} is no model folder (not found)")
+    if not os.path.isfile(config_json):
+        raise ConfigError(f"model.base: {base!r} has no config.json (not a Hugging Face model folder)")
+    if not os.access(base, os.R_OK | os.X_OK) or not os.access(config_json, os.R_OK):
+        raise ConfigError(f"model.base: {base!r} is not readable")
+
+
 class Plan:
     """The plan of a config; the schema's defaults are filled into it first (the workflow
     has chorus.config.check_config do that and validate)."""
 
     def __init__(self, config: dict):
-        from chorus.config import fill_defaults
-
         self.config = fill_defaults(config)
         self.results = f"results/{config['run_name']}" if config.get("run_name") else "results"
         self.stages = [s["name"] for s in config["sft"]["stages"]]
@@ -96,18 +163,11 @@ class Plan:
                 )
             if len(experts) < 2:
                 raise ConfigError(f"merge.strategies[{i}]: needs at least two experts")
-            if merge["method"] == "slerp" and len(experts) != 2:
-                raise ConfigError(
-                    f"merge.strategies[{i}]: slerp merges exactly two experts, got {len(experts)}"
-                )
+            check_merge_method(f"merge.strategies[{i}]", merge["method"], len(experts), merge["params"])
             base_stage = merge.get("base_stage")
             if base_stage is not None and base_stage not in self.stages:
                 raise ConfigError(f"merge.strategies[{i}].base_stage: unknown stage {base_stage!r}")
-        base = self.config["model"].get("base")
-        if base and not is_preset(base) and os.sep not in base and not os.path.exists(base):
-            raise ConfigError(
-                f"model.base: {base!r} is neither a preset ({', '.join(GGUF_PRESETS)}) nor a model folder"
-            )
+        check_model_base(self.config["model"]["base"])
         if self.consolidate_enabled and self.consolidate_base_stage not in self.stages:
             raise ConfigError(
                 f"consolidate.base_stage: {self.consolidate_base_stage!r} is not an sft stage"
@@ -138,10 +198,9 @@ class Plan:
         match = REPLICA.match(name)
         base = match["expert"] if match else name
         spec = next(e for e in rl["experts"] if e["name"] == base)
-        # save_steps changes no result: the rl script reads it from the config, so it is
-        # not part of the rule's params and editing it re-runs nothing
-        shared = {k: v for k, v in rl.items() if k not in ("experts", "save_steps")}
-        settings = without_unset({**shared, **spec}, OPTIONAL_RL_SETTINGS)
+        run_time = RUN_TIME_SETTINGS["expert"][1]
+        shared = {k: v for k, v in rl.items() if k != "experts" and k not in run_time}
+        settings = without_unset({**shared, **spec}, "expert")
         settings.update(name=name, seed=settings["seed"] + self.replicate_seed("rl", name))
         return settings
 
@@ -263,9 +322,8 @@ class Plan:
 
     # -- job settings -----------------------------------------------------------------
     # Rule params hold only settings that change a job's result: Snakemake re-runs a job
-    # whose params changed. Settings that change none (checkpoint interval, compile
-    # cache) the job reads at run time through untracked_settings; job sizes are
-    # threads and resources.
+    # whose params changed. Settings that change none (RUN_TIME_SETTINGS) the job adds
+    # at run time through job_settings; job sizes are threads and resources.
     def threads(self, job: str) -> int:
         """CPUs of a job of size config.resources.<job> (gpu_job, rl_job, sim_job, light_job)."""
         return self.config["resources"][job]["cpus"]
@@ -293,9 +351,8 @@ class Plan:
         return "sim_job" if self.config["model"]["base"] else "light_job"
 
     def launch(self) -> dict:
-        """How a training job starts (chorus.launch), settings that change the result.
-        compile_cache (a cache folder) is among untracked_settings instead, so moving it
-        re-runs nothing."""
+        """How a training job starts (chorus.launch): the settings that change its result
+        (the compile cache comes at run time: RUN_TIME_SETTINGS)."""
         return {
             "device": self.config["device"],
             "deepspeed": self.config["deepspeed"],
@@ -303,9 +360,9 @@ class Plan:
         }
 
     def sft_settings(self) -> dict:
-        """Batch settings shared by the SFT stages and the consolidation SFT. save_steps
-        (the checkpoint interval) is not among them: it changes no result
-        (untracked_settings)."""
+        """Batch and kernel settings shared by the SFT stages and the consolidation SFT.
+        `attn` and `liger` (sft.attention, sft.liger_kernel) keep the names that runs made
+        before recorded in their params, so those runs re-run nothing."""
         sft = self.config["sft"]
         return {
             "batch_size": sft["batch_size"],
@@ -314,15 +371,6 @@ class Plan:
             "attn": sft["attention"],
             "liger": sft["liger_kernel"],
             "compile_min_flops": sft["compile_min_flops"],
-        }
-
-    def untracked_settings(self, section: str) -> dict:
-        """What a training job of config section `section` (sft, rl) reads from the config
-        at run time instead of from its params: settings that change no result, so
-        editing them re-runs nothing (the checkpoint interval, the compile cache)."""
-        return {
-            "save_steps": self.config[section]["save_steps"],
-            "compile_cache": self.config["compile_cache"],
         }
 
     def distill_stage(self) -> dict:
@@ -339,23 +387,19 @@ class Plan:
         """The RL after distillation: the first expert's GRPO settings, its own name."""
         return {**self.expert(self.experts[0]), "name": f"{self.distilled}_rl"}
 
-    def sandbox_limits(self) -> dict:
-        """The per-candidate simulation limits, per-task timeouts included (they can
-        change a score); simulation.shards only splits the work and simulation.nice only
-        schedules it: no params of the training or generation rules (simulation_settings)."""
+    def simulation(self) -> dict:
+        """config `simulation` as the params of a job that simulates: the per-candidate
+        limits, per-task timeouts included (they can change a score). simulation.shards
+        only splits the work (the rules' shards) and simulation.nice only schedules it
+        (RUN_TIME_SETTINGS)."""
         keys = ("timeout_s", "mem_mb", "build_timeout_s", "timeout_factor", "timeout_floor_s")
         return {k: self.config["simulation"][k] for k in keys}
 
-    def simulation_settings(self, limits: dict) -> dict:
-        """A job's simulation settings: `limits` (its params, sandbox_limits) and, read from
-        the config at run time, the niceness (scheduling only: editing it re-runs nothing)."""
-        return {**limits, "nice": self.config["simulation"]["nice"]}
-
     def sampling(self) -> dict:
         """Generation settings of the pools (pass_at, include_base: report only); the batch
-        size only when set, so that runs made before it existed keep their params."""
-        keys = ("temperature", "top_p", "max_new_tokens", "sampler", *OPTIONAL_SAMPLING_SETTINGS)
-        return without_unset({k: self.config["eval"][k] for k in keys}, OPTIONAL_SAMPLING_SETTINGS)
+        size only when set (ADDED_LATER)."""
+        keys = ("temperature", "top_p", "max_new_tokens", "sampler", *ADDED_LATER["sampling"])
+        return without_unset({k: self.config["eval"][k] for k in keys}, "sampling")
 
     def pool(self, pool: str) -> dict:
         """Splits and samples per task: eval samples the held-out splits, harvest the
@@ -371,5 +415,6 @@ class Plan:
             "pool": self.pool("harvest"),
             "sampling": self.sampling(),
             "seeds": {e: self.eval_seed("rl", e) for e in self.experts},
-            "limits": self.sandbox_limits(),
+            # the key runs made before recorded: renaming it would re-run the distillation
+            "limits": self.simulation(),
         }

@@ -135,6 +135,18 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
     of its own (```tag) and closes at the next bare ``` line; an unterminated block runs
     to the end (a completion cut off by max_new_tokens keeps its partial module). A
     closing ``` glued to the last code line (`x = 1```) also closes the block."""
+    return [(tag, body) for tag, body, _ in _blocks(text)]
+
+
+def is_cut_off(text: str) -> bool:
+    """True when the answer's first fenced block never closes: the model was still
+    writing code when it stopped (at the token cap, as a looping answer does)."""
+    blocks = _blocks(text)
+    return bool(blocks) and not blocks[0][2]
+
+
+def _blocks(text: str) -> list[tuple[str, str, bool]]:
+    """(tag, body, closed) of every fenced block (fenced_blocks' rules)."""
     blocks, tag, body = [], None, []
     for line in text.splitlines():
         if tag is None:
@@ -144,16 +156,16 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
             continue
         stripped = line.rstrip()
         if stripped.lstrip() == "```":
-            blocks.append((tag, "\n".join(body)))
+            blocks.append((tag, "\n".join(body), True))
             tag = None
         elif stripped.endswith("```") and not stripped.lstrip().startswith("```"):
             body.append(stripped[:-3])
-            blocks.append((tag, "\n".join(body)))
+            blocks.append((tag, "\n".join(body), True))
             tag = None
         else:
             body.append(line)
     if tag is not None:
-        blocks.append((tag, "\n".join(body)))
+        blocks.append((tag, "\n".join(body), False))
     return blocks
 
 

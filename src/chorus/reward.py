@@ -30,13 +30,25 @@ def completion_text(completion) -> str:
     return completion
 
 
+# runs that ended normally; any other verdict (syntax or runtime error, timeout, memory,
+# no coverage) earns no reward, so a broken or cut-off answer ranks below a weak one
+CLEAN_STATUSES = ("ok", "below_target")
+
+
+def coverage_reward(result, mode: str) -> float:
+    """The RL reward of one verdict: dense, the coverage reached relative to the target
+    (`SimResult.score`) of a run that ended normally, else 0; binary, 1 when it passed."""
+    if mode == "binary":
+        return float(result.passed)
+    return float(result.score) if result.status in CLEAN_STATUSES else 0.0
+
+
 class CoverageReward:
     """TRL reward function: `reward(completions, task_id, **kw) -> list[float]`.
 
     Each completion's stimulus (`extract_stimulus`) is simulated against its task's
-    design by `chorus.harness.score_many` (`workers` sandboxes at once). mode "dense":
-    `SimResult.score` (coverage reached relative to the target, in [0, 1]); mode
-    "binary": 1.0 when the sample passes, else 0.0. `tasks`: a {task_id: Task} mapping or
+    design by `chorus.harness.score_many` (`workers` sandboxes at once) and rewarded by
+    `coverage_reward` (mode "dense" or "binary"). `tasks`: a {task_id: Task} mapping or
     a list of tasks. Every call is recorded in `calls` (wall time, reward statistics,
     status counts) and, under GRPOTrainer, logged through its `log_metric` hook.
     `timeouts`: per-task simulation limits from the reference's measured time
@@ -64,12 +76,20 @@ class CoverageReward:
         # generates the first rollouts: cold Verilator builds (seconds each) then stay off
         # the reward's critical path (score_many waits on a build still in progress).
         designs = {t.design_hash(): t for t in self.tasks.values()}
-        builds = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chorus-prebuild")
-        self.prebuilds = [builds.submit(prebuild, task, None, limits, timeouts) for task in designs.values()]
-        builds.shutdown(wait=False)
+        self._builds = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chorus-prebuild")
+        self.prebuilds = [self._builds.submit(prebuild, task, None, limits, timeouts) for task in designs.values()]
         self._pool: ThreadPoolExecutor | None = None
         self._started: dict[tuple[str, str], Future] = {}
         self._started_at: float | None = None
+
+    def close(self) -> None:
+        """Drop the prebuilds not started yet and let the sandboxes' threads go: without
+        it, the interpreter's exit waits for every queued build (minutes for a large task
+        set) after training is over."""
+        self._builds.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def _simulate(self, task_id: str, text: str) -> Future:
         if self._pool is None:  # sandboxes are child processes: threads only wait on them
@@ -97,7 +117,7 @@ class CoverageReward:
         for future in self._started.values():  # started for completions this call did not get
             future.cancel()
         self._started, self._started_at = {}, None
-        rewards = [float(r.score) if self.mode == "dense" else float(r.passed) for r in results]
+        rewards = [coverage_reward(r, self.mode) for r in results]
         statuses: dict[str, int] = {}
         for r in results:
             statuses[r.status] = statuses.get(r.status, 0) + 1

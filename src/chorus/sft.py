@@ -12,8 +12,8 @@ import logging
 import os
 from pathlib import Path
 
+from chorus.settings import SFTStage
 from chorus.training import (
-    COMPILE_MIN_FLOPS,
     common_args,
     finalize,
     kernel_settings,
@@ -48,82 +48,46 @@ def train_stage(
     model_in: str | Path,
     dataset_jsonl: str | Path,
     out_dir: str | Path,
+    stage: SFTStage | dict,
     *,
-    epochs: float = 1.0,
-    lr: float = 1e-4,
-    batch_size: int = 2,
-    grad_accum: int = 1,
-    max_length: int = 2048,
     bf16: bool | None = None,
     use_cpu: bool | None = None,
     device: str | None = None,
     deepspeed_config: str | None = None,
-    seed: int = 0,
     resume: bool = True,
-    save_steps: int = 200,
-    max_steps: int = -1,
-    gradient_checkpointing: bool = False,
-    attn: str = "auto",
-    liger: bool | str = "auto",
-    packing: bool | str = "auto",
-    compile_min_flops: float | None = COMPILE_MIN_FLOPS,
-    lr_scheduler_type: str = "cosine",
-    warmup: float = 0.0,
     callbacks: list | None = None,
     extra_args: dict | None = None,
 ) -> dict:
     """Fine-tune `model_in` on `dataset_jsonl` (TRL conversational prompt-completion rows,
-    docs/data_format.md) with the loss on completions only. The model and tokenizer land
-    in `out_dir` atomically with `train_metrics.json`; the metrics are also returned:
-    steps, train_loss, first_loss, last_loss, losses, tokens (non-padding input tokens of
-    this call), tokens_per_s, steady_tokens_per_s (after training.WARMUP_STEPS), runtime_s,
-    examples, resumed_from. `callbacks` go to the trainer, `extra_args` to SFTConfig as
-    they are. `attn`/`liger`: see training.kernel_settings (`compile_min_flops`: the job size from
-    which `auto` compiles; first_step_s in the metrics shows what the compile cost);
-    `packing` packs several examples per row (best-fit decreasing); it needs padding-free
-    kernels, and "auto" packs whenever they are on (TRL enforces `max_length` on
-    padding-free batches only by packing)."""
+    docs/data_format.md) with the settings of `stage`, the loss on completions only. The
+    model and tokenizer land in `out_dir` atomically with `train_metrics.json`; the
+    metrics are also returned: steps, train_loss, first_loss, last_loss, losses, tokens
+    (non-padding input tokens of this call), tokens_per_s, steady_tokens_per_s (after
+    training.WARMUP_STEPS), runtime_s, examples, resumed_from. `stage.attention` and
+    `stage.liger_kernel`: see training.kernel_settings (`compile_min_flops`: the job size
+    from which `auto` compiles; first_step_s in the metrics shows what the compile cost);
+    `stage.packing` packs several examples per row (best-fit decreasing); it needs
+    padding-free kernels, and "auto" packs whenever they are on (TRL enforces
+    `max_length` on padding-free batches only by packing). `stage` may come as a dict of
+    SFTStage's fields (what chorus.launch carries to the ranks). `callbacks` go to the
+    trainer, `extra_args` to SFTConfig as they are."""
     from datasets import load_dataset
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
     from chorus.modeling import load_tokenizer
 
+    stage = SFTStage(**stage) if isinstance(stage, dict) else stage
     work_dir, resume_from = prepare_work_dir(out_dir, resume)
     dataset = load_dataset("json", data_files=str(dataset_jsonl), split="train")
     dataset = dataset.select_columns(["prompt", "completion"])
     tokenizer = load_tokenizer(model_in)
     flags = precision_flags(device, bf16=bf16, use_cpu=use_cpu)
-    on_gpu = not flags["use_cpu"]
-    train_flops = None
-    if on_gpu and "auto" in (attn, liger) and compile_min_flops is not None:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        train_flops = estimate_train_flops(model_in, dataset, tokenizer, epochs=epochs, max_steps=max_steps,
-                                           examples_per_step=batch_size * grad_accum * world)
-    kernels = kernel_settings(attn, liger, on_gpu=on_gpu, train_flops=train_flops,
-                              compile_min_flops=compile_min_flops)
+    kernels, train_flops = stage_kernels(stage, not flags["use_cpu"], model_in, dataset, tokenizer)
     model = load_trainee(model_in, flags, attn_implementation=kernels["attn_implementation"])
-    config = dict(
-        **common_args(work_dir, flags, save_steps=save_steps, seed=seed, deepspeed_config=deepspeed_config,
-                      gradient_checkpointing=gradient_checkpointing),
-        num_train_epochs=epochs,
-        max_steps=max_steps,
-        learning_rate=lr,
-        lr_scheduler_type=lr_scheduler_type,
-        warmup_steps=warmup,  # transformers 5: an int is steps, a float in [0, 1) a ratio
-        per_device_train_batch_size=batch_size,
-        gradient_accumulation_steps=grad_accum,
-        max_length=max_length,
-        completion_only_loss=True,
-        include_num_input_tokens_seen="non_padding",
-        padding_free=kernels["padding_free"],
-        packing=kernels["padding_free"] and packing in (True, "auto"),
-        use_liger_kernel=kernels["use_liger_kernel"],
-    )
-    args = SFTConfig(**{**config, **(extra_args or {})})
     throughput = stage_callback()
     trainer = SFTTrainer(
         model=model,
-        args=args,
+        args=sft_config(stage, work_dir, flags, kernels, deepspeed_config, extra_args),
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[throughput, *(callbacks or [])],
@@ -144,8 +108,8 @@ def train_stage(
         "first_step_s": throughput.first_step_s,
         "train_flops_estimate": train_flops,
         "examples": len(dataset),
-        "epochs": epochs,
-        "lr": lr,
+        "epochs": stage.epochs,
+        "lr": stage.lr,
         "bf16": flags["bf16"],
         "world_size": trainer.args.world_size,
         "deepspeed": deepspeed_config,
@@ -155,6 +119,45 @@ def train_stage(
     finalize(trainer, out_dir, work_dir, "train_metrics.json", metrics)
     log.info("SFT done: %s", json.dumps({k: v for k, v in metrics.items() if k != "losses"}))
     return metrics
+
+
+def stage_kernels(stage: SFTStage, on_gpu: bool, model_in, dataset, tokenizer) -> tuple[dict, float | None]:
+    """The stage's kernels (training.kernel_settings) and, where `auto` decides by the job
+    size, the training FLOPs estimated for it."""
+    train_flops = None
+    if on_gpu and "auto" in (stage.attention, stage.liger_kernel) and stage.compile_min_flops is not None:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        train_flops = estimate_train_flops(model_in, dataset, tokenizer, epochs=stage.epochs,
+                                           max_steps=stage.max_steps,
+                                           examples_per_step=stage.batch_size * stage.grad_accum * world)
+    kernels = kernel_settings(stage.attention, stage.liger_kernel, on_gpu=on_gpu, train_flops=train_flops,
+                              compile_min_flops=stage.compile_min_flops)
+    return kernels, train_flops
+
+
+def sft_config(stage: SFTStage, work_dir: Path, flags: dict, kernels: dict, deepspeed_config: str | None,
+               extra_args: dict | None):
+    """TRL's SFTConfig of `stage`, with the kernels chosen for it (training.kernel_settings)."""
+    from trl import SFTConfig
+
+    config = dict(
+        **common_args(work_dir, flags, save_steps=stage.save_steps, seed=stage.seed,
+                      deepspeed_config=deepspeed_config, gradient_checkpointing=stage.gradient_checkpointing),
+        num_train_epochs=stage.epochs,
+        max_steps=stage.max_steps,
+        learning_rate=stage.lr,
+        lr_scheduler_type=stage.lr_scheduler_type,
+        warmup_steps=stage.warmup,  # transformers 5: an int is steps, a float in [0, 1) a ratio
+        per_device_train_batch_size=stage.batch_size,
+        gradient_accumulation_steps=stage.grad_accum,
+        max_length=stage.max_length,
+        completion_only_loss=True,
+        include_num_input_tokens_seen="non_padding",
+        padding_free=kernels["padding_free"],
+        packing=kernels["padding_free"] and stage.packing in (True, "auto"),
+        use_liger_kernel=kernels["use_liger_kernel"],
+    )
+    return SFTConfig(**{**config, **(extra_args or {})})
 
 
 def train_stage_job(
@@ -167,23 +170,6 @@ def train_stage_job(
     deepspeed_config: str | None = None,
 ) -> dict:
     """One workflow SFT job (JSON-able arguments, so chorus.launch can start it per rank),
-    like chorus.rl.train_expert_job: the stage's `epochs`, `lr`, `seed` and `save_steps`
-    (config `sft.stages`, merged by Plan.stage; the consolidation SFT's own) and the batch
-    and kernel settings the SFT stages share (config `sft`, `max_length`)."""
-    return train_stage(
-        model_in,
-        dataset_jsonl,
-        out_dir,
-        epochs=stage["epochs"],
-        lr=stage["lr"],
-        seed=stage["seed"],
-        save_steps=stage["save_steps"],
-        batch_size=settings["batch_size"],
-        grad_accum=settings["grad_accum"],
-        max_length=settings["max_length"],
-        attn=settings["attn"],
-        liger=settings["liger"],
-        compile_min_flops=settings["compile_min_flops"],
-        device=device,
-        deepspeed_config=deepspeed_config,
-    )
+    like chorus.rl.train_expert_job: its `stage` and `settings` params (SFTStage.from_job)."""
+    return train_stage(model_in, dataset_jsonl, out_dir, SFTStage.from_job(stage, settings), device=device,
+                       deepspeed_config=deepspeed_config)

@@ -360,8 +360,9 @@ def score_generations(
     todo = list(todo.values())
     workers = workers or default_workers()
     out_jsonl.parent.mkdir(parents=True, exist_ok=True)
-    for task in {tasks[r["task_id"]].design_hash(): tasks[r["task_id"]] for r in todo}.values():
-        prebuild(task, cache_dir)
+    designs = {tasks[r["task_id"]].design_hash(): tasks[r["task_id"]] for r in todo}.values()
+    with ThreadPoolExecutor(max_workers=workers) as pool:  # one build per design, in parallel
+        list(pool.map(lambda task: prebuild(task, cache_dir), designs))
     progress = Progress("scored samples", len(todo))
 
     def run(row: dict) -> None:

@@ -8,12 +8,15 @@ shard makes it and however many designs the corpus has.
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import yaml
 
 from chorus.synth import get_family
 from chorus.synth.design import STYLES, Design, render_spec, render_stimulus, render_trivial
+from chorus.synth.program import PROGRAM_FILE, draw_budgets, render_program
+from chorus.tasks import Task
 
 # written before verification; chorus.synth.verify replaces it by the measured target
 PROVISIONAL_TARGET = {"line": 0.0, "branch": 0.0, "toggle": 0.0}
@@ -27,8 +30,23 @@ def task_id(family: str, split: str, seed: int, index: int) -> str:
     return f"syn_{family}_{split}_s{seed}_{index:05d}"
 
 
+_TASK_ID = re.compile(r"^syn_(?P<family>.+)_(?P<split>[a-z]+)_s(?P<seed>\d+)_(?P<index>\d+)$")
+
+
 def make_design(family: str, seed: int, split: str, index: int) -> Design:
     return get_family(family).generate(design_rng(seed, split, index), split)
+
+
+def design_of(task: Task) -> Design:
+    """The design a synthetic task was generated from, made again from its id; raises
+    ValueError when the id is not a synthetic one or the RTL differs (another generator)."""
+    found = _TASK_ID.match(task.id)
+    if not found:
+        raise ValueError(f"{task.id} is not a synthetic task id")
+    design = make_design(found["family"], int(found["seed"]), found["split"], int(found["index"]))
+    if design.files != task.rtl_text():
+        raise ValueError(f"{task.id}: the generator of this version writes other RTL")
+    return design
 
 
 def stimulus_variants(design: Design, rng: random.Random, count: int) -> list[str]:
@@ -58,7 +76,8 @@ def write_task(design: Design, folder: Path, tid: str, split: str, variants: int
     (folder / "spec.md").write_text(render_spec(design))
     texts = stimulus_variants(design, rng, max(1, variants))
     (folder / "stimulus" / "reference.py").write_text(texts[0])
-    extra = []
+    (folder / PROGRAM_FILE).write_text(render_program(design, draw_budgets(rng, 1)[0]))
+    extra = [PROGRAM_FILE]
     for i, text in enumerate(texts[1:], 1):
         rel = f"stimulus/variant_{i}.py"
         (folder / rel).write_text(text)

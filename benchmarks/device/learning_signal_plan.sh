@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Issue 27's run (benchmarks/learning_signal.py) on the lent GPU machine, in calls that
+# follow each other within its warm window, after the two `prepare.sh gguf` calls:
+#   bash benchmarks/device/learning_signal_plan.sh start [SECONDS]   carry .whl: installs,
+#        starts the run detached (it outlives the call) and follows it for SECONDS (default 540)
+#   bash benchmarks/device/learning_signal_plan.sh poll [SECONDS]    follows it again
+# Both copy what exists so far (phase records, report, logs, generations and scores) to
+# $OUT before they return. The run: the SFT designs' programs verified, then the build
+# phase (every other design built, its programs scored) on the CPUs beside SFT and its
+# evaluation on the GPU, then the dense expert and
+# its evaluation, then the binary-reward ablation and its evaluation. Phases resume, so
+# `start` again after a cut run goes on where it stopped.
+set -uo pipefail
+WORK=/root/ls
+OUT=${OUT:-/tmp/out}
+mkdir -p "$WORK" "$OUT"
+export USE_HUB_KERNELS=0 PYTHONPATH=src
+
+run() {
+  local ls=(python3 benchmarks/learning_signal.py --model /root/smollm2-135m
+            --tasks results/smollm2_h200/tasks/manifest.json --work "$WORK" --out "$WORK/learning_signal.json")
+  [ -d results/smollm2_h200 ] || tar -xzf benchmarks/data/corpus_smollm2_h200.tar.gz
+  # the verdicts of the 2026-12-06 run, keyed by each program's hash: programs of this
+  # code that were verified then are not simulated again (a changed program is)
+  [ -e "$WORK/scores_program_sft.jsonl.partial" ] || [ -e "$WORK/verify.json" ] ||
+    zcat benchmarks/data/learning_signal_verified_programs.jsonl.gz > "$WORK/scores_program_sft.jsonl.partial"
+  "${ls[@]}" --phases verify > "$WORK/verify.log" 2>&1
+  "${ls[@]}" --phases build > "$WORK/build.log" 2>&1 &
+  local build=$!
+  "${ls[@]}" --phases sft eval_sft > "$WORK/sft.log" 2>&1
+  wait "$build"
+  "${ls[@]}" --phases rl eval_rl > "$WORK/rl.log" 2>&1
+  "${ls[@]}" --phases rl_binary eval_rl_binary > "$WORK/rl_binary.log" 2>&1
+  echo "run: every phase ran" > "$WORK/finished"
+}
+
+copy_out() {
+  cp "$WORK"/*.json "$WORK"/*.log "$OUT"/ 2>/dev/null
+  for f in "$WORK"/gen_*.jsonl "$WORK"/scores_*.jsonl; do [ -f "$f" ] && gzip -c "$f" > "$OUT/$(basename "$f").gz"; done
+  for m in sft_model rl_model rl_binary_model; do
+    [ -f "$WORK/$m/rl_metrics.json" ] && cp "$WORK/$m/rl_metrics.json" "$OUT/${m}_rl_metrics.json"
+    [ -f "$WORK/$m/train_metrics.json" ] && cp "$WORK/$m/train_metrics.json" "$OUT/${m}_train_metrics.json"
+  done
+  return 0
+}
+
+follow() {
+  local end=$(($(date +%s) + ${1:-540}))
+  while [ ! -e "$WORK/finished" ] && (($(date +%s) < end)); do sleep 10; done
+  tail -n 3 "$WORK"/*.log
+  ls "$WORK"
+  copy_out
+}
+
+case "${1:?usage: learning_signal_plan.sh start|poll [SECONDS]}" in
+start)
+  [ -d /root/smollm2-135m ] || bash benchmarks/device/prepare.sh install
+  [ -e "$WORK/finished" ] && rm "$WORK/finished"
+  export -f run
+  WORK=$WORK setsid nohup bash -c run > "$WORK/run.log" 2>&1 < /dev/null &
+  follow "${2:-540}"
+  ;;
+poll) follow "${2:-540}" ;;
+*) echo "unknown step $1" >&2; exit 2 ;;
+esac

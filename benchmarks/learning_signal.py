@@ -1,0 +1,359 @@
+"""Issue 27's learning signal: an SFT model that passes and stops, and a dense-reward GRPO
+expert trained from it, on the fixed evaluation set (208 tasks of the reproduction corpus:
+its synthetic test split + the shipped test tasks), built from the project's functions:
+
+  verify   chorus.harness.score.score_generations of --budgets programmatic references
+           (chorus.synth.program, run lengths drawn per design) of --sft-designs-per-family
+           synthetic train designs of each family: the passing ones are the SFT data
+  build    the same for the evaluation designs (one program at the default budget: what
+           the program alone reaches, no model) and then every train design: builds every
+           design once, evaluation designs first, beside SFT on the GPU
+  sft      chorus.data.sft_row of each verified program + the shipped train references
+           -> chorus.sft.train_stage
+  rl       chorus.rl.train_expert from the SFT model on the train split (dense reward;
+           `rl_binary`: the binary-reward ablation, same settings)
+  eval     chorus.generate.sample_completions under one protocol (k, temperature, top-p,
+           token cap: EVAL_PROTOCOL) -> score_generations (sandbox, guard on) ->
+           Pass@1 with the bootstrap interval over tasks, statuses, cut-off answers,
+           misses by metric, and each model's paired difference to the SFT model
+
+Every phase skips when its output exists under --work and resumes inside (journals), so
+the run may be split over several commands and the CPU phase (build) may run beside the
+GPU phases. The report (--out) is rewritten after every phase.
+
+  PYTHONPATH=src USE_HUB_KERNELS=0 python3 benchmarks/learning_signal.py --model /root/smollm2-135m \\
+      --tasks results/smollm2_h200/tasks/manifest.json --work /root/ls --phases sft eval_sft
+  PYTHONPATH=src python benchmarks/learning_signal.py --smoke --work /tmp/ls --out /tmp/ls.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+import logging
+import os
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from chorus.data import sft_row
+from chorus.generate import sample_completions
+from chorus.harness.sandbox import SandboxLimits
+from chorus.harness.score import score_generations
+from chorus.harness.timeouts import TimeoutPolicy
+from chorus.io import atomic_write_json, read_jsonl, write_jsonl
+from chorus.metrics import bootstrap_interval, paired_bootstrap_interval, pass_at_k
+from chorus.prompts import extract_answer, format_completion, is_cut_off
+from chorus.synth.corpus import design_of
+from chorus.synth.program import Budget, draw_budgets, render_program
+from chorus.tasks import load_manifest, load_tasks
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sft_synth_pass1 import versions  # noqa: E402  (benchmarks/ is scripts, not a package)
+
+REPO = Path(__file__).resolve().parents[1]
+PHASES = ("verify", "build", "sft", "eval_sft", "rl", "eval_rl", "rl_binary", "eval_rl_binary")
+# one evaluation protocol for every model (CVDP's and LLM4Cov's: T 0.7, top-p 0.8, n 5)
+EVAL_PROTOCOL = {"k": 5, "temperature": 0.7, "top_p": 0.8, "max_new_tokens": 1536}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--work", type=Path, default=Path("/root/ls"))
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "learning_signal.json")
+    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+    p.add_argument("--model", default="/root/smollm2-135m", help="base model folder (HF format)")
+    p.add_argument("--tasks", type=Path, default=None, help="task manifest of the corpus (the fixed evaluation)")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes on CPU: a tiny corpus and a tiny model")
+    p.add_argument("--workers", type=int, default=14, help="parallel builds / simulations")
+    p.add_argument("--sim-timeout", type=float, default=30.0)
+    p.add_argument("--budgets", type=int, default=2, help="programs per train design (chorus.synth.program)")
+    p.add_argument("--sft-designs-per-family", type=int, default=20)
+    # sft
+    p.add_argument("--epochs", type=float, default=3.0)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--max-length", type=int, default=4096)
+    # rl
+    p.add_argument("--rl-steps", type=int, default=64)
+    p.add_argument("--rl-lr", type=float, default=1e-5)
+    p.add_argument("--rl-generations", type=int, default=8, help="completions per prompt (GRPO group)")
+    p.add_argument("--rl-batch", type=int, default=32, help="completions per optimizer step")
+    p.add_argument("--rl-steps-per-generation", type=int, default=16)
+    p.add_argument("--rl-max-completion", type=int, default=768)
+    p.add_argument("--rl-temperature", type=float, default=1.0)
+    # eval
+    p.add_argument("--gen-batch-size", type=int, default=512)
+    p.add_argument("--bootstrap", type=int, default=2000)
+    args = p.parse_args(argv)
+    args.command = "python benchmarks/learning_signal.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    args.protocol = dict(EVAL_PROTOCOL)
+    if args.smoke:
+        args.workers, args.epochs, args.batch_size, args.max_length = 2, 1.0, 2, 2048
+        args.rl_steps, args.rl_generations, args.rl_batch, args.rl_steps_per_generation = 1, 2, 2, 1
+        args.rl_max_completion, args.gen_batch_size, args.bootstrap = 16, 8, 100
+        args.protocol.update(k=2, max_new_tokens=24)
+    return args
+
+
+def timed(record: dict, name: str, fn):
+    start = time.perf_counter()
+    value = fn()
+    record[name] = round(time.perf_counter() - start, 2)
+    return value
+
+
+# ---------------------------------------------------------------- tasks
+
+def smoke_corpus(args) -> Path:
+    """--smoke: a tiny verified corpus (two train designs, one test design) and its manifest."""
+    from chorus.synth.verify import generate_and_verify
+
+    manifest = args.work / "corpus" / "manifest.json"
+    if not manifest.exists():
+        jobs = [("train", 0, "counter"), ("train", 1, "mux"), ("test", 0, "decoder")]
+        stats = generate_and_verify(jobs, args.work / "corpus", seed=0, variants=1, workers=args.workers)
+        entries = [{"dir": str(args.work / "corpus" / tid), "split": tid.split("_")[2], "source": "synthetic"}
+                   for tid in stats["tasks"]]
+        atomic_write_json(manifest, {"source": "smoke", "tasks": entries})
+    return manifest
+
+
+def task_sets(args) -> tuple[list, list]:
+    """(train tasks, evaluation tasks): the corpus's synthetic splits + the shipped ones."""
+    manifest = smoke_corpus(args) if args.smoke else args.tasks
+    synthetic = [t for t in load_manifest(manifest) if t.source == "synthetic"]
+    shipped_test = load_tasks(splits="test")[:1] if args.smoke else load_tasks(splits="test")
+    train = [t for t in synthetic if t.split == "train"] + load_tasks(splits="train")
+    evaluation = [t for t in synthetic if t.split == "test"] + shipped_test
+    return train, evaluation
+
+
+def program_rows(tasks, budgets: int) -> list[dict]:
+    """Generation-style rows holding programmatic references of the synthetic tasks:
+    `budgets` of them per task (drawn by the task id), or 0: one at the default budget."""
+    rows = []
+    for t in tasks:
+        if t.source != "synthetic":
+            continue
+        design = design_of(t)
+        chosen = draw_budgets(random.Random(t.id), budgets) if budgets else [Budget()]
+        rows += [{"task_id": t.id, "sample_id": i, "completion": format_completion(render_program(design, b))}
+                 for i, b in enumerate(chosen)]
+    return rows
+
+
+def sft_designs(args, train) -> list:
+    """The first --sft-designs-per-family synthetic train tasks of each family."""
+    seen: Counter = Counter()
+    chosen = []
+    for t in train:
+        if t.source == "synthetic" and seen[t.family] < args.sft_designs_per_family:
+            seen[t.family] += 1
+            chosen.append(t)
+    return chosen
+
+
+def score_programs(args, tasks, rows, name: str) -> list[dict]:
+    """Programs to programs_<name>.jsonl, their verdicts to scores_program_<name>.jsonl."""
+    sandbox, timeouts = limits(args)
+    write_jsonl(args.work / f"programs_{name}.jsonl", rows)
+    return score_generations(rows, {t.id: t for t in tasks}, args.work / f"scores_program_{name}.jsonl",
+                             workers=args.workers, limits=sandbox, timeouts=timeouts, extract=extract_answer)
+
+
+def limits(args) -> tuple[SandboxLimits, TimeoutPolicy]:
+    return SandboxLimits(timeout_s=args.sim_timeout), TimeoutPolicy(factor=10.0)
+
+
+# ---------------------------------------------------------------- phases
+
+def phase_verify(args, train, evaluation) -> dict:
+    """Score --budgets programs of each SFT design: the passing ones are the SFT data."""
+    tasks = sft_designs(args, train)
+    scored = score_programs(args, tasks, program_rows(tasks, args.budgets), "sft")
+    return {"designs": len(tasks), "programs": len(scored), "passed": sum(bool(r["passed"]) for r in scored),
+            "statuses": dict(Counter(r["status"] for r in scored))}
+
+
+def phase_build(args, train, evaluation) -> dict:
+    """Build every design by scoring programs: the evaluation's first (their builds are
+    the first evaluation's wait; the default-budget program's Pass@1 there is what the
+    program alone reaches, no model), then every train design (GRPO's), --budgets each."""
+    report = {}
+    for name, tasks, budgets in (("test", evaluation, 0), ("train", train, args.budgets)):
+        scored = timed(report, f"{name}_s", lambda: score_programs(args, tasks, program_rows(tasks, budgets), name))
+        report[name] = summarize(scored, [t for t in tasks if t.source == "synthetic"], args.bootstrap)
+        report[name].pop("per_task")
+    return report
+
+
+def phase_sft(args, train, evaluation) -> dict:
+    from chorus.settings import SFTStage
+    from chorus.sft import train_stage
+
+    data = args.work / "sft_train.jsonl"
+    by_id = {t.id: t for t in train}
+    programs = read_jsonl(args.work / "programs_sft.jsonl")
+    passed = {(r["task_id"], r["sample_id"]) for r in read_jsonl(args.work / "scores_program_sft.jsonl")
+              if r["passed"]}
+    rows = [sft_row(by_id[r["task_id"]], extract_answer(r["completion"], "cocotb"), "program")
+            for r in programs if (r["task_id"], r["sample_id"]) in passed]
+    rows += [sft_row(t, t.reference_stimulus.read_text(), "reference") for t in train if t.source == "shipped"]
+    write_jsonl(data, rows)
+    timings: dict = {}
+    stage = SFTStage(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, max_length=args.max_length,
+                     attention="sdpa", liger_kernel=False, packing=False, warmup=0.03, save_steps=100)
+    metrics = timed(timings, "train_s", lambda: train_stage(
+        base_model(args), data, args.work / "sft_model", stage, device="cpu" if args.smoke else None))
+    return {"rows": len(rows), "rows_by_source": dict(Counter(r["source"] for r in rows)),
+            "designs": len({r["task_id"] for r in rows}),
+            **{k: metrics.get(k) for k in ("steps", "first_loss", "last_loss", "tokens", "tokens_per_s")},
+            "epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, **timings}
+
+
+def phase_rl(args, train, evaluation, reward: str) -> dict:
+    from chorus.rl import train_expert
+    from chorus.settings import GRPOExpert
+
+    sandbox, timeouts = limits(args)
+    expert = GRPOExpert(name=f"rl_{reward}", reward=reward, num_generations=args.rl_generations,
+                        max_completion_length=args.rl_max_completion, steps=args.rl_steps, lr=args.rl_lr,
+                        beta=0.0, temperature=args.rl_temperature, batch_size=args.rl_batch,
+                        steps_per_generation=args.rl_steps_per_generation, save_steps=args.rl_steps)
+    out = args.work / ("rl_model" if reward == "dense" else "rl_binary_model")
+    timings: dict = {}
+    metrics = timed(timings, "train_s", lambda: train_expert(
+        args.work / "sft_model", train, out, expert, sim_workers=args.workers, sim_limits=sandbox,
+        sim_timeouts=timeouts, device="cpu" if args.smoke else None))
+    calls = metrics["reward_calls"]
+    return {"expert": asdict(expert), "tasks": len(train), "trained_steps": metrics["steps"], "breakdown": metrics["breakdown"],
+            # the training reward per rollout batch: does it move?
+            "reward_per_call": [{k: c[k] for k in ("step", "mean_reward", "passed", "n", "statuses")} for c in calls],
+            **timings}
+
+
+def phase_eval(args, train, evaluation, model: str) -> dict:
+    sandbox, timeouts = limits(args)
+    timings: dict = {}
+    generations = args.work / f"gen_{model}.jsonl"
+    protocol = args.protocol
+    stats = timed(timings, "generate_s", lambda: sample_completions(
+        args.work / f"{model}_model", evaluation, protocol["k"], generations,
+        temperature=protocol["temperature"], top_p=protocol["top_p"],
+        max_new_tokens=protocol["max_new_tokens"], batch_size=args.gen_batch_size,
+        device="cpu" if args.smoke else None, sampler="auto"))
+    rows = read_jsonl(generations)
+    scored = timed(timings, "score_s", lambda: score_generations(
+        rows, {t.id: t for t in evaluation}, args.work / f"scores_{model}.jsonl", workers=args.workers,
+        limits=sandbox, timeouts=timeouts, extract=extract_answer))
+    summary = summarize(scored, evaluation, args.bootstrap)
+    at_cap = sum(r.get("new_tokens", 0) >= protocol["max_new_tokens"] for r in rows)
+    summary.update(
+        protocol=protocol, cutoff_fraction=at_cap / max(1, len(rows)),
+        unclosed_fence=sum(is_cut_off(r["completion"]) for r in rows),
+        median_completion_chars=sorted(len(r["completion"]) for r in rows)[len(rows) // 2] if rows else 0,
+        generate_tokens_per_s=stats.get("tokens_per_s"), new_tokens=stats.get("new_tokens"), **timings)
+    return summary
+
+
+def summarize(scored: list[dict], tasks, resamples: int) -> dict:
+    """Pass@1 over tasks with its 95% bootstrap interval, statuses and misses by metric."""
+    by_task: dict[str, list[dict]] = {t.id: [] for t in tasks}
+    for row in scored:
+        by_task.setdefault(row["task_id"], []).append(row)
+    per_task = {tid: pass_at_k(len(rows), sum(bool(r["passed"]) for r in rows), 1) if rows else 0.0
+                for tid, rows in by_task.items()}
+    values = list(per_task.values())
+    misses: Counter = Counter()
+    targets = {t.id: t.coverage_target for t in tasks}
+    for row in scored:
+        if row["status"] == "below_target":
+            missed = [m for m, goal in targets[row["task_id"]].items() if row.get(f"cov_{m}", 0.0) + 1e-9 < goal]
+            misses.update(missed)
+            misses["only_" + missed[0] if len(missed) == 1 else "several"] += 1
+    return {
+        "tasks": len(values), "samples": len(scored),
+        "pass1": sum(values) / len(values) if values else 0.0,
+        "pass1_ci95": list(bootstrap_interval(values, resamples=resamples)),
+        "mean_coverage": sum(r["score"] for r in scored) / len(scored) if scored else 0.0,
+        "statuses": dict(Counter(r["status"] for r in scored)),
+        "below_target_misses": dict(misses),
+        "per_task": per_task,
+    }
+
+
+def base_model(args) -> Path:
+    if not args.smoke:
+        return Path(args.model)
+    from chorus.modeling import build_tiny_model, task_corpus
+
+    tiny = args.work / "tiny_model"
+    if not tiny.exists():
+        build_tiny_model(tiny, task_corpus(load_tasks(splits="train")), hidden_size=32, num_layers=1,
+                         num_heads=2, vocab_size=1024, max_position_embeddings=4096)
+    return tiny
+
+
+# ---------------------------------------------------------------- report
+
+def paired(model: dict, baseline: dict, resamples: int) -> dict:
+    tasks = sorted(model["per_task"].keys() & baseline["per_task"].keys())
+    ours = [model["per_task"][t] for t in tasks]
+    theirs = [baseline["per_task"][t] for t in tasks]
+    return {"difference": (sum(ours) - sum(theirs)) / max(1, len(tasks)),
+            "ci95": list(paired_bootstrap_interval(ours, theirs, resamples=resamples))}
+
+
+def write_report(args) -> dict:
+    done = {name: json.loads((args.work / f"{name}.json").read_text())
+            for name in PHASES if (args.work / f"{name}.json").exists()}
+    sft, rl, binary = done.get("eval_sft"), done.get("eval_rl"), done.get("eval_rl_binary")
+    report = {
+        "benchmark": "learning_signal", "command": args.command, "device": versions().get("device"),
+        "versions": versions(), "tasks": sft["tasks"] if sft else None, "k": args.protocol["k"],
+        "protocol": args.protocol, "phases": done,
+        "sft_pass1": sft and sft["pass1"], "sft_pass1_ci95": sft and sft["pass1_ci95"],
+        "sft_cutoff_fraction": sft and sft["cutoff_fraction"],
+        "rl_pass1": rl and rl["pass1"], "rl_pass1_ci95": rl and rl["pass1_ci95"],
+        "rl_binary_pass1": binary and binary["pass1"],
+    }
+    if sft and rl:
+        difference = paired(rl, sft, args.bootstrap)
+        report["rl_minus_sft"], report["rl_minus_sft_ci95"] = difference["difference"], difference["ci95"]
+    if sft and binary:
+        report["rl_binary_minus_sft"] = paired(binary, sft, args.bootstrap)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(args.out, report)
+    return report
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args.work.mkdir(parents=True, exist_ok=True)
+    train, evaluation = task_sets(args)
+    runners = {"verify": phase_verify, "build": phase_build, "sft": phase_sft,
+               "rl": lambda *a: phase_rl(*a, "dense"), "rl_binary": lambda *a: phase_rl(*a, "binary")}
+    for phase in PHASES:
+        marker = args.work / f"{phase}.json"
+        if phase not in args.phases or marker.exists():
+            continue
+        if phase.startswith("eval_"):
+            run = lambda *a, model=phase[len("eval_"):]: phase_eval(*a, model)  # noqa: E731
+        else:
+            run = runners[phase]
+        record: dict = {}
+        result = timed(record, "wall_s", lambda: run(args, train, evaluation))
+        atomic_write_json(marker, {**result, **record, "command": args.command})
+        print(json.dumps({"phase": phase, **{k: v for k, v in result.items() if k != "per_task"}})[:2000], flush=True)
+        write_report(args)
+    return write_report(args)
+
+
+if __name__ == "__main__":
+    main()
