@@ -15,6 +15,9 @@ STAMP := $(VENV)/.installed
 
 EXPERIMENT ?= smollm2_h200
 EXPERIMENT_CONFIG := --configfile config/gpu.yaml config/experiments/$(EXPERIMENT).yaml
+# a --configfile replaces the profile's configfiles: config/slurm.yaml (cluster job sizes) is
+# named again, after config/gpu.yaml so that its sizes win
+EXPERIMENT_SLURM_CONFIG := --configfile config/gpu.yaml config/slurm.yaml config/experiments/$(EXPERIMENT).yaml
 PUBLISHED := docs/results/$(EXPERIMENT)
 
 .PHONY: setup run test test-fast clean experiment experiment-slurm experiment-publish
@@ -62,7 +65,7 @@ experiment: setup
 	$(BIN)/snakemake --cores all --rerun-incomplete $(EXPERIMENT_CONFIG)
 
 experiment-slurm: setup
-	$(BIN)/snakemake --profile profiles/slurm --rerun-incomplete $(EXPERIMENT_CONFIG)
+	$(BIN)/snakemake --profile profiles/slurm --rerun-incomplete $(EXPERIMENT_SLURM_CONFIG)
 
 experiment-publish:
 	mkdir -p $(PUBLISHED)

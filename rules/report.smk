@@ -29,37 +29,64 @@ rule aggregate:
         "../scripts/aggregate.py"
 
 
+# Report items: the category and subcategory group them in the report's menu, the
+# numbered label orders them (the report sorts by label) and names them instead of a path.
 rule report_tables:
     input:
         per_sample=rules.aggregate.output.per_sample,
         summary=rules.aggregate.output.summary,
         seeds=rules.aggregate.output.seeds,
         manifest=rules.prepare_tasks.output.manifest,
+        generations=PLAN.pool_files("eval", PLAN.models(), "generations.jsonl"),
     output:
         banner=report(
             f"{RESULTS}/report/banner.html",
             caption="../report/banner.rst",
             category="Overview",
+            subcategory="Run",
+            labels={"page": "1 Run status"},
+        ),
+        provenance=report(
+            f"{RESULTS}/report/provenance.html",
+            caption="../report/provenance.rst",
+            category="Overview",
+            subcategory="Run",
+            labels={"page": "2 Provenance: model, commit, versions, times, config"},
         ),
         overview=report(
             f"{RESULTS}/report/overview.html",
             caption="../report/overview.rst",
             category="Tables",
+            subcategory="Evaluation",
+            labels={"table": "1 Overview: Pass@k, statuses, coverage per metric"},
+        ),
+        samples=report(
+            f"{RESULTS}/report/samples.html",
+            caption="../report/samples.rst",
+            category="Tables",
+            subcategory="Evaluation",
+            labels={"table": "2 Samples: completion, status, error, coverage"},
         ),
         breakdown=report(
             f"{RESULTS}/report/breakdown.html",
             caption="../report/breakdown.rst",
             category="Tables",
+            subcategory="Evaluation",
+            labels={"table": "3 Pass@1 per difficulty, family and task"},
         ),
         complementarity=report(
             f"{RESULTS}/report/complementarity.html",
             caption="../report/complementarity_tables.rst",
             category="Tables",
+            subcategory="Evaluation",
+            labels={"table": "4 Expert complementarity"},
         ),
         seeds=report(
             f"{RESULTS}/report/seeds.html",
             caption="../report/seeds.rst",
             category="Tables",
+            subcategory="Evaluation",
+            labels={"table": "5 Mean over seeds"},
         ),
         status=f"{RESULTS}/report/status.json",
     log:
@@ -74,6 +101,8 @@ rule report_tables:
     params:
         experts=PLAN.expert_ids,
         k=config["eval"]["k"],
+        models=[m.id for m in PLAN.models()],
+        benchmarks=f"{RESULTS}/benchmarks",
     script:
         "../scripts/report_tables.py"
 
@@ -89,21 +118,29 @@ rule plots:
             f"{RESULTS}/plots/per_task_heatmap.png",
             caption="../report/heatmap.rst",
             category="Plots",
+            subcategory="Evaluation",
+            labels={"plot": "1 Per-task Pass@1 and coverage heatmaps"},
         ),
         complementarity=report(
             f"{RESULTS}/plots/expert_complementarity.png",
             caption="../report/complementarity.rst",
             category="Plots",
+            subcategory="Evaluation",
+            labels={"plot": "2 Expert complementarity"},
         ),
         coverage=report(
             f"{RESULTS}/plots/coverage_distribution.png",
             caption="../report/coverage_distribution.rst",
             category="Plots",
+            subcategory="Evaluation",
+            labels={"plot": "3 Coverage score distribution"},
         ),
         training=report(
             f"{RESULTS}/plots/training_curves.png",
             caption="../report/training_curves.rst",
             category="Plots",
+            subcategory="Training",
+            labels={"plot": "4 Training curves"},
         ),
     log:
         f"{RESULTS}/logs/plots.log",

@@ -1,10 +1,13 @@
-"""The report's HTML tables: overview (status banner, summary, statuses, coverage per
-metric), Pass@1 per difficulty / family / task, expert complementarity, seeds."""
+"""The report's HTML pages: overview (status banner, summary, statuses, coverage per
+metric), per-sample view, Pass@1 per difficulty / family / task, expert complementarity,
+seeds, and the provenance of the first page."""
+
+from pathlib import Path
 
 import pandas as pd
 
 from chorus import report_pages as pages
-from chorus.io import atomic_write_json, atomic_write_text, script_logging
+from chorus.io import atomic_write_json, atomic_write_text, read_jsonl, script_logging
 from chorus.tasks import load_manifest
 
 with script_logging(snakemake):
@@ -40,7 +43,18 @@ with script_logging(snakemake):
     ]
     atomic_write_text(snakemake.output.overview, pages.html_page("Overview", overview))
 
-    attributes = pages.task_attributes(load_manifest(snakemake.input.manifest))
+    tasks = load_manifest(snakemake.input.manifest)
+    completions = {
+        (model, str(g["task_id"]), str(g["sample_id"])): g["completion"]
+        for model, path in zip(snakemake.params.models, snakemake.input.generations, strict=True)
+        for g in read_jsonl(path)
+    }
+    atomic_write_text(snakemake.output.samples, pages.samples_page(
+        pages.sample_rows(per_sample, completions), pages.task_sources(tasks)))
+    atomic_write_text(snakemake.output.provenance, pages.provenance_html(
+        snakemake.config, snakemake.params.benchmarks, Path(snakemake.scriptdir).parent))
+
+    attributes = pages.task_attributes(tasks)
     breakdown = []
     for column, what in (("difficulty", "difficulty"), ("family", "task family")):
         table = pages.pass1_by(per_sample, attributes, column)
@@ -52,7 +66,9 @@ with script_logging(snakemake):
     ).reindex(columns=list(dict.fromkeys(per_sample["model"])))
     per_task.columns.name = None
     breakdown.append(pages.table_html(per_task, "Pass@1 per task and model",
-                                      f"Fraction of the k={k} samples of the task that passed."))
+                                      f"Fraction of the k={k} samples of the task that passed. "
+                                      "Tables / Samples has this table with a link on every cell "
+                                      "to its samples, and each task's prompt and RTL."))
     atomic_write_text(snakemake.output.breakdown, pages.html_page("Pass@1 by task group", breakdown))
 
     complementarity = [
@@ -81,7 +97,7 @@ with script_logging(snakemake):
     atomic_write_text(snakemake.output.seeds, pages.html_page("Seeds", [pages.table_html(
         seeds.set_index("model"),
         "Mean and 95% interval over seed replicates",
-        "Models repeated for every value of the config's `seeds` (RL experts) show the mean "
+        "Models repeated for every value of the config's seeds list (RL experts) show the mean "
         "and Student-t 95% interval of each metric over the seeds; others have one seed.",
     )]))
     print(status)

@@ -1,13 +1,18 @@
 """The report's tables and plots (chorus.report_pages, chorus.report) on a small
 per-sample table, and the Snakemake report of a finished run."""
 
+import json
 import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from chorus import report, report_pages as pages
-from conftest import run_snakemake
+from conftest import FIXTURE_TASK, REPO, run_snakemake
 
 EXPERTS = ["rl/a", "rl/b"]
 
@@ -113,7 +118,10 @@ def test_plots_are_written(tmp_path):
         "rl": pd.DataFrame({"expert": ["a"] * 2, "step": [1, 2], "reward": [0.1, 0.2],
                             "rewards/coverage_reward/mean": [0.1, 0.2], "kl": [0.0, 0.01]}),
     }
-    report.plot_training_curves(curves, tmp_path / "curves.png")
+    drawn = report.plot_training_curves(curves, tmp_path / "curves.png")
+    # the mean reward solid, its terms dashed, as the caption says
+    assert ("a", "-") in drawn["GRPO mean reward (terms dashed)"]
+    assert ("a: coverage_reward", "--") in drawn["GRPO mean reward (terms dashed)"]
     empty = {"sft": pd.DataFrame(), "rl": pd.DataFrame()}
     report.plot_training_curves(empty, tmp_path / "empty.png")
     for name in ("heatmap", "comp", "cov", "curves", "empty"):
@@ -122,20 +130,32 @@ def test_plots_are_written(tmp_path):
 
 @pytest.mark.slow
 def test_snakemake_report_of_a_run_has_the_sections(local_run):
-    """The report of the embedded default run: first-page status, HTML tables, plots."""
+    """The report of the embedded default run: first-page status and provenance, labelled
+    HTML tables with the overview first, the per-sample page, plots."""
     out = local_run / "report.html"
     run_snakemake(["--report", str(out), "--directory", str(local_run),
                    "--configfile", str(local_run / "config.yaml")])
     text = out.read_text()
-    for name in ("overview.html", "breakdown.html", "complementarity.html", "seeds.html",
-                 "per_task_heatmap.png", "expert_complementarity.png",
+    for name in ("overview.html", "samples.html", "breakdown.html", "complementarity.html", "seeds.html",
+                 "provenance.html", "per_task_heatmap.png", "expert_complementarity.png",
                  "coverage_distribution.png", "training_curves.png"):
         assert name in text, name
-    # the first page carries the run's status line (or the all-failed banner)
-    assert "evaluated samples" in text
-    overview = (local_run / "results" / "report" / "overview.html").read_text()
+    # the first page: the run's status line (or the all-failed banner), the provenance,
+    # and no rule graph
+    assert "evaluated samples" in text and "Wall time per stage" in text and "Package versions" in text
+    assert "#rulegraph{display:none}" in text
+    # items are labelled (the report sorts by label: the overview first), none under "Other"
+    results = json.loads(re.search(r"var results = (\{.*?\});\n", text).group(1))
+    labels = {Path(path).name: item["labels"] for path, item in results.items()}
+    assert labels["overview.html"] == {"table": "1 Overview: Pass@k, statuses, coverage per metric"}
+    assert sorted(v["table"] for v in labels.values() if "table" in v)[0].startswith("1 Overview")
+    categories = json.loads(re.search(r"var categories = (\{.*?\});\n", text).group(1))
+    assert all("Other" not in subcategories for subcategories in categories.values()), categories
+    report_dir = local_run / "results" / "report"
+    overview = (report_dir / "overview.html").read_text()
     for heading in ("Summary: Pass@k", "Samples per status", "Mean coverage per metric"):
         assert heading in overview
+    assert '"completion"' in (report_dir / "samples.html").read_text()
 
 
 def test_progress_lines_count_rate_and_time_left(caplog):
@@ -184,3 +204,118 @@ def test_per_sample_table_orders_columns_for_chorus_eval_and_gather_scores():
     assert list(gathered["task_id"]) == ["t1", "t2"] and set(gathered["model"]) == {"rl/a"}
     mixed = report.per_sample_table([dict(results[0], sample_id="x"), results[1]])
     assert list(mixed["sample_id"]) == ["x", "0"]  # one type a column (parquet)
+
+
+def test_heatmap_panels_share_the_pipeline_column_order():
+    per_sample = sample_table()
+    per_task = report.per_task_pass1(per_sample, EXPERTS)
+    # pivot_table sorts its columns alphabetically: the coverage panel must not keep that
+    coverage = per_sample.pivot_table(index="task_id", columns="model", values="score")
+    shuffled = coverage[["rl/b", "base/base", "rl/a"]]
+    (_, passed), (_, covered) = report.heatmap_panels(per_task, shuffled)
+    assert list(passed.columns) == list(covered.columns) == ["base/base", "rl/a", "rl/b", report.ORACLE]
+    assert covered.loc["t2", "rl/b"] == 1.0 and covered["oracle/best_expert"].isna().all()
+
+
+def test_training_curves_show_length_and_reward_spread(tmp_path):
+    """The GRPO curves come from the trainer's log history: reward, its spread and the
+    completion lengths per step, beside the terms."""
+    history = [
+        {"step": 1, "loss": 0.1},  # a training-loss entry without reward: not a GRPO step
+        {"step": 1, "reward": 0.1, "reward_std": 0.05, "completions/mean_length": 100.0,
+         "completions/max_length": 300.0, "completions/clipped_ratio": 0.0,
+         "rewards/coverage_reward/mean": 0.1, "rewards/coverage_reward/std": 0.02},
+        {"step": 2, "reward": 0.3, "reward_std": 0.0, "completions/mean_length": 512.0,
+         "completions/max_length": 512.0, "completions/clipped_ratio": 1.0,
+         "rewards/coverage_reward/mean": 0.3, "rewards/coverage_reward/std": 0.0},
+    ]
+    expert = tmp_path / "rl" / "e"
+    expert.mkdir(parents=True)
+    (expert / "rl_metrics.json").write_text(json.dumps({"log_history": history}))
+    curves = pages.training_curves({}, {"e": str(expert)})
+    assert list(curves["rl"]["reward_std"]) == [0.05, 0.0]
+    assert "rewards/coverage_reward/std" not in curves["rl"]
+    drawn = report.plot_training_curves(curves, tmp_path / "curves.png")
+    assert drawn["GRPO reward spread within groups"] == [("e", "-")]
+    assert drawn["Completion length (max dashed)"] == [("e", "-"), ("e: completions/max_length", "--")]
+    assert drawn["Completions cut at the length cap"] == [("e", "-")]
+    assert drawn["GRPO KL to the reference"] == []  # not logged (rl.beta 0): a note instead
+
+
+def test_provenance_names_model_commit_versions_and_stage_times(tmp_path):
+    from chorus.config import check_config
+    import yaml
+
+    config = check_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    benchmarks = tmp_path / "benchmarks"
+    (benchmarks / "sft").mkdir(parents=True)
+    header = "s\th:m:s\tmax_rss\n"
+    (benchmarks / "sft" / "format.tsv").write_text(header + "120.0\t0:02:00\t900.5\n")
+    (benchmarks / "sft" / "easy.tsv").write_text(header + "60.0\t0:01:00\t1200.0\n")
+    (benchmarks / "aggregate.tsv").write_text(header + "6.0\t0:00:06\t100.0\n")
+    times = pages.stage_wall_times(benchmarks)
+    assert times.loc["sft", "jobs"] == 2 and times.loc["sft", "wall time (min, summed)"] == 3.0
+    assert times.loc["sft", "longest job (min)"] == 2.0 and times.loc["sft", "peak memory (MB)"] == 1200.0
+    assert list(times.index) == ["sft", "aggregate"]  # longest stage first
+    page = pages.provenance_html(config, benchmarks, REPO)
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert commit in page and "tiny model" in page
+    assert re.search(r"<td>trl</td>\s*<td>\d", page) and "Wall time per stage" in page
+    assert "vocab_size: 1024" in page  # the resolved config, defaults included
+    first_page = page.split(pages.FIRST_PAGE)[1].split(pages.FIRST_PAGE_END)[0]
+    assert "<!DOCTYPE" not in first_page and "<body" not in first_page and "Package versions" in first_page
+
+
+def sample_page(tmp_path):
+    from chorus.tasks import load_task
+
+    per_sample = sample_table().assign(detail=lambda f: ["missed line 12"] * len(f))
+    # every model writes the same completion for t1 sample 0
+    completions = {(m, t, str(s)): ("same </script> answer" if (t, s) == ("t1", 0) else f"{m} {t} {s}")
+                   for m, t, s in zip(per_sample["model"], per_sample["task_id"], per_sample["sample_id"])}
+    rows = pages.sample_rows(per_sample, completions)
+    task = load_task(FIXTURE_TASK)
+    sources = pages.task_sources([task])
+    sources["t1"] = sources.pop(task.id)
+    path = tmp_path / "samples.html"
+    path.write_text(pages.samples_page(rows, sources))
+    return rows, path
+
+
+def test_sample_rows_count_models_writing_the_same_completion(tmp_path):
+    rows, _ = sample_page(tmp_path)
+    same = rows.set_index(["model", "task_id", "sample_id"])["models with this completion"]
+    assert same[("rl/a", "t1", 0)] == 3 and same[("rl/a", "t2", 1)] == 1
+    assert pages.shared_completions(rows) == "1 of 2 tasks have a completion that all 3 models wrote, word for word: t1."
+    assert {"status", "detail", "cov_line", "cov_branch", "completion"} <= set(rows.columns)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="no chromium (apt-get install chromium)")
+def test_samples_page_filters_in_a_real_browser(tmp_path):
+    """The page's script runs in headless Chromium: the model and task in the address
+    select the rows, the task's prompt and RTL are shown, a completion holding
+    '</script>' does not break the page."""
+    _, path = sample_page(tmp_path)
+
+    def rendered(fragment=""):
+        proc = subprocess.run(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", f"file://{path}{fragment}"],
+            capture_output=True, text=True, timeout=120,
+        )
+        return proc.stdout
+
+    everything = rendered()
+    assert "12 of 12 samples" in everything
+    one = rendered("#model=rl/a&task=t1")
+    assert "2 of 12 samples" in one and "Prompt" in one and "RTL: " in one
+    assert "same &lt;/script&gt; answer" in one and "missed line 12" in one
+
+
+def test_completions_share_a_budget_in_large_runs(monkeypatch):
+    per_sample = sample_table()
+    completions = {(m, t, str(s)): "x" * 5000
+                   for m, t, s in zip(per_sample["model"], per_sample["task_id"], per_sample["sample_id"])}
+    assert pages.sample_rows(per_sample, completions)["completion"].str.len().max() == 5000
+    monkeypatch.setattr(pages, "COMPLETIONS_BUDGET", 12 * 1000)  # 12 samples: 1000 characters each
+    cut = pages.sample_rows(per_sample, completions)["completion"]
+    assert (cut.str.len() == 1000 + len("\n[... cut]")).all() and cut.str.endswith("[... cut]").all()

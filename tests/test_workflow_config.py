@@ -1,10 +1,8 @@
 """The config is checked at start-up: schema errors and inconsistent names fail at once."""
 
 import copy
-import re
 
 import pytest
-import yaml
 
 from chorus.config import ConfigError, check_config
 from chorus.plan import Plan, checked_plan, replica_group
@@ -113,24 +111,6 @@ def test_plan_paths_and_merge_base():
     assert plan.merge_base_stage("linear") == "full"
     ids = [m.id for m in plan.models()]
     assert ids[0] == "base/base" and "consolidated/distill" in ids
-
-
-@pytest.mark.slow
-def test_job_resources_come_from_config_resources(tmp_path):
-    """config/slurm.yaml sizes the jobs and names the GPU partition (the profile sets
-    neither); the rules' memory and runtime are those of the first attempt."""
-    config = default_config()
-    config["tasks"]["root"] = str(REPO / config["tasks"]["root"])
-    path = write_config(tmp_path / "config.yaml", config)
-    proc = run_snakemake(["-n", "--forceall", "--directory", str(tmp_path), "--configfile", str(path),
-                          str(REPO / "config" / "slurm.yaml")])
-    blocks = {m[0]: m[1] for m in re.findall(r"rule (\w+):\n(?:    .*\n)*?    resources: (.*)", proc.stdout)}
-    assert "slurm_partition=YOUR_GPU_PARTITION" in blocks["rl"] and "mem_mb=96000" in blocks["rl"]
-    assert "slurm_partition=YOUR_GPU_PARTITION" in blocks["sft"] and "mem_mb=64000" in blocks["sft"]
-    assert "slurm_partition" not in blocks["score_shard"] and "runtime=240" in blocks["score_shard"]
-    # the profile overrides none of them
-    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
-    assert "set-resources" not in profile and "set-threads" not in profile
 
 
 def test_a_misspelled_key_names_the_nearest_valid_one():

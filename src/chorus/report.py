@@ -180,18 +180,27 @@ def _annotate(ax, values, fmt, white_text) -> None:
         ax.text(j, i, text, ha="center", va="center", color=colour, fontsize=8)
 
 
+def heatmap_panels(per_task: pd.DataFrame, coverage: pd.DataFrame | None) -> list[tuple[str, pd.DataFrame]]:
+    """(title, table) of each heatmap panel. The coverage panel takes the Pass@1 panel's
+    rows and columns in its order (the pipeline's): a column is one model in both."""
+    panels = [("Per-task Pass@1", per_task)]
+    if coverage is not None:
+        aligned = coverage.reindex(index=per_task.index, columns=per_task.columns)
+        panels.append(("Per-task mean coverage score", aligned))
+    return panels
+
+
 def plot_heatmap(per_task: pd.DataFrame, path: str, coverage: pd.DataFrame | None = None) -> None:
-    """Tasks x models heatmaps of Pass@1 and, beside it, the mean coverage score (which
+    """Tasks x models heatmaps of Pass@1 and, below it, the mean coverage score (which
     still separates the models when nothing passes and Pass@1 is 0 everywhere). Each cell
     carries its value; the colour scale is fixed to 0..1 on both."""
     plt = _pyplot()
-    panels = [("Per-task Pass@1", per_task)]
-    if coverage is not None:
-        panels.append(("Per-task mean coverage score", coverage.reindex(index=per_task.index)))
-    height = max(3.0, 0.32 * len(per_task) + 2.0)
+    panels = heatmap_panels(per_task, coverage)
+    height = max(3.0, 0.32 * len(per_task) + 2.5)
     width = max(5.0, 0.6 * len(per_task.columns) + 3.0)
-    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height), squeeze=False)
-    for ax, (title, table) in zip(axes[0], panels):
+    # one above the other: side by side, the report scales the figure down to unreadable
+    fig, axes = plt.subplots(len(panels), 1, figsize=(width, height * len(panels)), squeeze=False)
+    for ax, (title, table) in zip(axes[:, 0], panels):
         values = table.to_numpy(dtype=float)
         image = ax.imshow(values, vmin=0, vmax=1, cmap="viridis", aspect="auto")
         _annotate(ax, values, "{:.2f}", white_text=lambda v: v < 0.6)  # viridis is dark below
@@ -254,37 +263,57 @@ def plot_coverage_distribution(per_sample: pd.DataFrame, path: str) -> None:
     plt.close(fig)
 
 
-def plot_training_curves(curves: dict[str, pd.DataFrame], path: str) -> None:
-    """SFT loss per stage; GRPO total reward, its terms (coverage and format) and KL per
-    expert; one panel each, from the metrics the training jobs wrote."""
+# the training-curve panels: title, y label, curve set ("sft"/"rl"), the line key and
+# the columns drawn (the first solid, the others dashed)
+TRAINING_PANELS = [
+    ("SFT loss per stage", "loss", "sft", "stage", ["loss"]),
+    ("GRPO mean reward (terms dashed)", "reward", "rl", "expert", ["reward"]),
+    ("GRPO reward spread within groups", "reward std", "rl", "expert", ["reward_std"]),
+    ("Completion length (max dashed)", "tokens", "rl", "expert",
+     ["completions/mean_length", "completions/max_length"]),
+    ("Completions cut at the length cap", "fraction", "rl", "expert", ["completions/clipped_ratio"]),
+    ("GRPO KL to the reference", "kl", "rl", "expert", ["kl"]),
+]
+
+
+def _draw_curves(ax, frame: pd.DataFrame, key: str, columns: list[str]) -> bool:
+    """One colour per stage/expert: the first column solid with markers, the others
+    dashed. False when none of the columns was logged."""
+    plotted = False
+    for n, (name, group) in enumerate(frame.groupby(key, sort=False) if key in frame else []):
+        for i, column in enumerate(c for c in columns if c in group and group[c].notna().any()):
+            label = name if i == 0 else f"{name}: {column.removeprefix('rewards/').removesuffix('/mean')}"
+            style = dict(linestyle="-", marker="o", markersize=3) if i == 0 else dict(linestyle="--", linewidth=1.2)
+            ax.plot(group["step"], group[column], color=f"C{n % 10}", label=label, **style)
+            plotted = True
+    return plotted
+
+
+def plot_training_curves(curves: dict[str, pd.DataFrame], path: str) -> dict[str, list[tuple[str, str]]]:
+    """SFT loss per stage; per GRPO expert the mean reward with its terms (coverage and
+    format, dashed), the reward spread within the groups, completion lengths, the
+    fraction of completions cut at the length cap and the KL: the first signs of looping
+    answers or collapse beside the reward. One panel each, from the metrics the training
+    jobs wrote. Returns each panel's drawn lines as (label, line style)."""
     from matplotlib.ticker import MaxNLocator
 
     plt = _pyplot()
-    sft, rl = curves["sft"], curves["rl"]
+    rl = curves["rl"]
     terms = [c for c in rl.columns if c.startswith("rewards/") and c.endswith("/mean")]
-    panels = [("SFT loss per stage", "loss", sft, "stage", ["loss"])]
-    panels.append(("GRPO reward per expert", "reward", rl, "expert", ["reward", *terms]))
-    panels.append(("GRPO KL per expert", "kl", rl, "expert", ["kl"]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 4.0))
-    for ax, (title, ylabel, frame, key, columns) in zip(axes, panels):
-        plotted = False
-        for column in columns:
-            if column not in frame.columns:
-                continue
-            for name, group in frame.groupby(key, sort=False):
-                label = name if len(columns) == 1 else f"{name}: {column.removeprefix('rewards/')}"
-                style = "-" if column in ("loss", "reward", "kl") else "--"
-                ax.plot(group["step"], group[column], style, marker="o", markersize=3, label=label)
-                plotted = True
-        if plotted:
+    fig, axes = plt.subplots(2, 3, figsize=(15.0, 8.0))
+    for ax, (title, ylabel, which, key, columns) in zip(axes.flat, TRAINING_PANELS):
+        columns = [*columns, *terms] if ylabel == "reward" else columns
+        if _draw_curves(ax, curves[which], key, columns):
             ax.legend(fontsize=7)
         else:
             why = "\n(TRL logs it only when rl.beta > 0)" if ylabel == "kl" else ""
-            ax.text(0.5, 0.5, f"no {ylabel} logged{why}", ha="center", va="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, f"no {columns[0]} logged{why}", ha="center", va="center", transform=ax.transAxes)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
+    drawn = {ax.get_title(): [(line.get_label(), line.get_linestyle()) for line in ax.lines] for ax in axes.flat}
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return drawn
