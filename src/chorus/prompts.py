@@ -79,8 +79,9 @@ def answer_format(task: Task) -> str:
         )
     return (
         "Answer with one cocotb test module in a single ```python block: one or more "
-        f"@cocotb.test() coroutines that {timing}drive the ports through `dut` and finish "
-        "in bounded time."
+        f"@cocotb.test() coroutines that {timing}drive the design's input ports through "
+        "`dut.<input>.value` and finish in bounded time. Only the top-level inputs are "
+        "stimulus: writes to internal signals are not replayed and reach no coverage."
     )
 
 

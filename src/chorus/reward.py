@@ -17,7 +17,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from chorus.harness import SandboxLimits, prebuild, score
 from chorus.harness.score import default_workers
 from chorus.harness.timeouts import TimeoutPolicy
-from chorus.harness.verdict import SCORED_STATUSES
 from chorus.prompts import extract_stimulus
 from chorus.tasks import Task
 
@@ -32,12 +31,10 @@ def completion_text(completion) -> str:
 
 
 def coverage_reward(result, mode: str) -> float:
-    """The RL reward of one verdict: dense, the coverage reached relative to the target
-    (`SimResult.score`) of a run that ended normally, else 0; binary, 1 when it passed."""
-    if mode == "binary":
-        return float(result.passed)
-    # only a run that ended normally earns reward (the harness scores the others 0 too)
-    return float(result.score) if result.status in SCORED_STATUSES else 0.0
+    """The RL reward of one verdict: dense, `SimResult.score` (harness.verdict: the
+    replayed coverage relative to the target, 0 for a run that did not end normally, so a
+    broken or cut-off answer ranks below a weak one); binary, 1 when it passed."""
+    return float(result.passed) if mode == "binary" else float(result.score)
 
 
 class CoverageReward:

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import yaml
 
-from chorus.harness.score import meets_target, score_many
+from chorus.harness.score import score_many
+from chorus.harness.verdict import SCORED_STATUSES, meets_target
 from chorus.synth.corpus import design_rng, make_design, task_id, write_meta, write_task
 from chorus.tasks import load_task
 
 TARGET_STEP = 0.05
 MIN_LINE = 0.8
 TARGET_METRICS = ("line", "branch", "toggle")
-CLEAN = ("ok", "below_target")  # the stimulus ran to the end without an error
 
 
 def target_from(coverage: dict[str, float]) -> dict[str, float]:
@@ -87,7 +87,7 @@ def generate_and_verify(
         good = [
             path
             for path, result in zip(task.reference_variants, refs[1:])
-            if result.status in CLEAN and meets_target(result.coverage, target)
+            if result.status in SCORED_STATUSES and meets_target(result.coverage, target)
         ]
         rejects["variant_dropped"] += len(task.reference_variants) - len(good)
         meta = yaml.safe_load((task.root / "task.yaml").read_text())
@@ -119,10 +119,10 @@ def generate_and_verify(
 
 def _verdict(reference, trivial) -> str | None:
     """Why a design is rejected, from its primary reference and trivial runs (None: keep)."""
-    if reference.status not in CLEAN:
+    if reference.status not in SCORED_STATUSES:
         return f"reference_{reference.status}"
     if reference.coverage.get("line", 1.0) < MIN_LINE:  # no line points: continuous assigns only
         return "reference_low_line"
-    if trivial.status not in CLEAN:
+    if trivial.status not in SCORED_STATUSES:
         return f"trivial_{trivial.status}"
     return None
