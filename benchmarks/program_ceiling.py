@@ -11,25 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from chorus.harness.score import score_many
-from chorus.synth.corpus import make_design
+from chorus.synth.corpus import design_of
 from chorus.synth.program import Budget, render_program
 from chorus.tasks import load_manifest
-
-_ID = re.compile(r"^syn_(?P<family>.+)_(?P<split>train|test|val)_s(?P<seed>\d+)_(?P<index>\d+)$")
-
-
-def design_of(task):
-    m = _ID.match(task.id)
-    design = make_design(m["family"], int(m["seed"]), m["split"], int(m["index"]))
-    if design.files != task.rtl_text():
-        raise ValueError(f"{task.id}: regenerated RTL differs from the task's")
-    return design
 
 
 def main(argv=None) -> int:

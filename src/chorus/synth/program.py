@@ -8,7 +8,7 @@ its own chance of a 1 per input bit and its own hold lengths (write-heavy and re
 phases fill and drain a FIFO; long holds let a debouncer settle; short ones chase an FSM
 through its transitions), and a reset in the middle of activity. What the program needs
 to know of the design is in the spec: port names and widths, the clock, the reset and
-its polarity, and how many cycles the slowest behaviour needs (`cycles`).
+its polarity, and how long its slowest behaviour needs to run (the `Budget`).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ def draw_budgets(rng: random.Random, count: int) -> list[Budget]:
 
 
 def render_program(design: Design, budget: Budget = Budget(), test_name: str = "cover") -> str:
+    """The program for `design`, its random phases sized by `budget`."""
     inputs = ", ".join(f'"{p.name}": {p.width}' for p in design.inputs)
     table = [f"INPUTS = {{{inputs}}}  # input ports and their widths", "", ""]
     if design.clocking is None:
