@@ -230,7 +230,8 @@ def phase_rl(args, train, evaluation, reward: str) -> dict:
         args.work / "sft_model", train, out, expert, sim_workers=args.workers, sim_limits=sandbox,
         sim_timeouts=timeouts, device="cpu" if args.smoke else None))
     calls = metrics["reward_calls"]
-    return {"expert": asdict(expert), "tasks": len(train), "trained_steps": metrics["steps"], "breakdown": metrics["breakdown"],
+    return {"expert": asdict(expert), "tasks": len(train), "trained_steps": metrics["steps"],
+            "breakdown": metrics["breakdown"],
             # the training reward per rollout batch: does it move?
             "reward_per_call": [{k: c[k] for k in ("step", "mean_reward", "passed", "n", "statuses")} for c in calls],
             **timings}

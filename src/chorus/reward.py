@@ -2,9 +2,9 @@
 
 The coverage reward of a completion is the coverage it reaches when simulated with the
 task's design (`SimResult.score`, defined once by `chorus.harness.verdict.dense_score`;
-0 for an answer whose run did not end normally), or, for the ablation, the binary pass. The format reward checks the answer format (a
-python block that compiles). Rollout completions of one step are simulated in parallel
-sandboxes.
+0 for an answer whose run did not end normally), or, for the ablation, the binary pass.
+The format reward checks the answer format (a python block that compiles). Rollout
+completions of one step are simulated in parallel sandboxes.
 """
 
 from __future__ import annotations
