@@ -35,7 +35,6 @@ import logging
 import os
 import random
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -52,7 +51,7 @@ from chorus.synth.program import Budget, draw_budgets, render_program
 from chorus.tasks import load_manifest, load_tasks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sft_synth_pass1 import versions  # noqa: E402  (benchmarks/ is scripts, not a package)
+from sft_synth_pass1 import base_model, timed, versions  # noqa: E402  (benchmarks/ is scripts, not a package)
 
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("verify", "build", "sft", "eval_sft", "rl", "eval_rl", "rl_binary", "eval_rl_binary")
@@ -97,13 +96,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.rl_max_completion, args.gen_batch_size, args.bootstrap = 16, 8, 100
         args.protocol.update(k=2, max_new_tokens=24)
     return args
-
-
-def timed(record: dict, name: str, fn):
-    start = time.perf_counter()
-    value = fn()
-    record[name] = round(time.perf_counter() - start, 2)
-    return value
 
 
 # ---------------------------------------------------------------- tasks
@@ -285,18 +277,6 @@ def summarize(scored: list[dict], tasks, resamples: int) -> dict:
         "below_target_misses": dict(misses),
         "per_task": per_task,
     }
-
-
-def base_model(args) -> Path:
-    if not args.smoke:
-        return Path(args.model)
-    from chorus.modeling import build_tiny_model, task_corpus
-
-    tiny = args.work / "tiny_model"
-    if not tiny.exists():
-        build_tiny_model(tiny, task_corpus(load_tasks(splits="train")), hidden_size=32, num_layers=1,
-                         num_heads=2, vocab_size=1024, max_position_embeddings=4096)
-    return tiny
 
 
 # ---------------------------------------------------------------- report
