@@ -77,7 +77,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-length", type=int, default=4096)
     # rl
-    p.add_argument("--rl-steps", type=int, default=64)
+    p.add_argument("--rl-steps", type=int, default=128)
     p.add_argument("--rl-lr", type=float, default=1e-5)
     p.add_argument("--rl-generations", type=int, default=8, help="completions per prompt (GRPO group)")
     p.add_argument("--rl-batch", type=int, default=32, help="completions per optimizer step")
