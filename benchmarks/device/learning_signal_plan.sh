@@ -4,6 +4,8 @@
 #   bash benchmarks/device/learning_signal_plan.sh start [SECONDS]   carry .whl: installs,
 #        starts the run detached (it outlives the call) and follows it for SECONDS (default 540)
 #   bash benchmarks/device/learning_signal_plan.sh poll [SECONDS]    follows it again
+# LS_ARGS: more arguments for every phase of benchmarks/learning_signal.py (e.g. a shorter
+# `--rl-steps` when the lease has less time left than the whole run needs).
 # Both copy what exists so far (phase records, report, logs, generations and scores) to
 # $OUT before they return. The run: the SFT designs' programs verified, then the build
 # phase (every other design built, its programs scored) on the CPUs beside SFT and its
@@ -18,7 +20,7 @@ export USE_HUB_KERNELS=0 PYTHONPATH=src
 
 run() {
   local ls=(python3 benchmarks/learning_signal.py --model /root/smollm2-135m
-            --tasks results/smollm2_h200/tasks/manifest.json --work "$WORK" --out "$WORK/learning_signal.json")
+            --tasks results/smollm2_h200/tasks/manifest.json --work "$WORK" --out "$WORK/learning_signal.json" ${LS_ARGS:-})
   [ -d results/smollm2_h200 ] || tar -xzf benchmarks/data/corpus_smollm2_h200.tar.gz
   # the verdicts of the 2026-12-06 run, keyed by each program's hash: programs of this
   # code that were verified then are not simulated again (a changed program is)
@@ -57,6 +59,7 @@ start)
   [ -d /root/smollm2-135m ] || bash benchmarks/device/prepare.sh install
   [ -e "$WORK/finished" ] && rm "$WORK/finished"
   export -f run
+  export LS_ARGS
   WORK=$WORK setsid nohup bash -c run > "$WORK/run.log" 2>&1 < /dev/null &
   follow "${2:-540}"
   ;;
