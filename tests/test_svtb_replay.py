@@ -104,6 +104,51 @@ def test_the_replay_reaches_run1s_coverage_point_for_point_clocked(counter_task)
     assert result.coverage == coverage and result.status in ("ok", "below_target"), result.detail
 
 
+WIDE_RTL = """module wide_mix (
+  input  logic        clk,
+  input  logic [69:0] big,
+  input  logic signed [39:0] mid,
+  input  logic        sel,
+  output logic [69:0] acc
+);
+  always_ff @(posedge clk) begin
+    if (sel) acc <= acc ^ big;
+    else if (mid < 0) acc <= {30'b0, mid};
+    else acc <= acc + 70'd1;
+  end
+endmodule
+"""
+WIDE_TB = """module wide_tb;
+  logic clk = 0, sel = 0;
+  logic [69:0] big = '0;
+  logic signed [39:0] mid = 40'sd5;
+  wire [69:0] acc;
+  wide_mix uut (.clk(clk), .big(big), .mid(mid), .sel(sel), .acc(acc));
+  always #5 clk = ~clk;
+  initial begin
+    repeat (3) @(posedge clk);
+    big = {6'h2a, 64'hdead_beef_0123_4567}; sel = 1;
+    @(posedge clk) mid <= -40'sd3;
+    @(negedge clk) sel = 0;
+    repeat (4) @(posedge clk) big <= ~big;
+    #2 $finish;
+  end
+endmodule
+"""
+
+
+@pytest.mark.slow
+def test_the_replay_reaches_run1s_coverage_point_for_point_wide_ports(counter_task, tmp_path):
+    """Ports wider than 32 and 64 bits, a signed one going negative, a nonzero
+    initializer (mid = 5)."""
+    rtl = tmp_path / "wide_mix.sv"
+    rtl.write_text(WIDE_RTL)
+    task = dataclasses.replace(counter_task, id="wide_mix", toplevel="wide_mix", rtl_files=(rtl,),
+                               coverage_target={"line": 1.0, "toggle": 1.0})
+    direct, replayed, coverage = _run1_and_replay(task, WIDE_TB)
+    assert direct == replayed and coverage["line"] == 1.0
+
+
 def _printf_format(text):
     """`text` as a printf format inside a single-quoted shell word."""
     return (text.replace("\\", "\\\\").replace("%", "%%").replace("'", "\\047")
