@@ -11,6 +11,10 @@ parameter overrides, names of the scorer's own modules."""
 import dataclasses
 import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,7 +28,9 @@ from chorus.tasks import load_task
 from conftest import run_bounded
 from test_cvdp import IDLE, REAL, TWO_VECTORS, _sv_literal
 
-FX_COUNTER = Path(__file__).parent / "fixtures" / "tasks" / "fx_counter"
+REPO = Path(__file__).resolve().parents[1]
+FX_COUNTER = REPO / "tests" / "fixtures" / "tasks" / "fx_counter"
+NOBODY = 65534
 # every way a testbench drives a clocked design around its edges: blocking and
 # non-blocking writes right after the edge, writes between edges, a reset held from time 0
 COUNTER_TB = """`timescale 1ns/1ps
@@ -212,6 +218,33 @@ def test_forged_coverage_never_counts(gf_task, monkeypatch, drop, kind):
         assert not attacked.passed and not attacked.coverage
     else:
         assert (attacked.status, attacked.score, attacked.coverage) == (honest.status, honest.score, honest.coverage)
+
+
+@pytest.mark.slow
+def test_forged_coverage_never_counts_for_an_unprivileged_scorer():
+    """The attacks above (scorer-uid variants) run by a scorer that is not root (nobody,
+    a cache of its own): the same verdicts, nothing counted."""
+    if os.environ.get("CHORUS_SVTB_UNPRIVILEGED"):
+        pytest.skip("already the unprivileged run")
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to become another user")
+    home = Path(tempfile.mkdtemp(prefix="chorus-svtb-unprivileged-"))
+    try:
+        (home / "tmp").mkdir()
+        for folder, _, _ in os.walk(home):
+            os.chown(folder, NOBODY, NOBODY)
+        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO / "src"), "HOME": str(home),
+               "TMPDIR": str(home / "tmp"), "CHORUS_CACHE_DIR": str(home / "cache"), "LANG": "C.UTF-8",
+               "CHORUS_SVTB_UNPRIVILEGED": "1"}
+        inner = subprocess.run(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-m", "pytest",
+             __file__, "-q", "-rs", "-p", "no:cacheprovider", "-k", "forged_coverage_never_counts and scorer-uid"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=1200,
+        )
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert inner.returncode == 0, inner.stdout[-6000:] + inner.stderr[-2000:]
+    assert "3 passed" in inner.stdout and "skipped" not in inner.stdout, inner.stdout[-3000:]
 
 
 @pytest.mark.slow
