@@ -155,6 +155,42 @@ def test_the_replay_reaches_run1s_coverage_point_for_point_wide_ports(counter_ta
     assert direct == replayed and coverage["line"] == 1.0
 
 
+DELAY_RTL = """`timescale 1ns/1ns
+module delayed (input logic clk, input logic [3:0] d, output logic [3:0] q, output logic late);
+  always @(posedge clk) begin
+    #2 q <= d;
+  end
+  always @(posedge clk) begin
+    if (q == 4'h9) late <= 1; else if (q == 4'h3) late <= 0;
+  end
+endmodule
+"""
+# d is 9 only from 6 to 8 ns: the design's own #2 after the edge at 5 ns samples it
+DELAY_TB = """`timescale 1ns/1ps
+module delayed_tb;
+  logic clk = 0; logic [3:0] d = 0; wire [3:0] q; wire late;
+  delayed uut (.clk(clk), .d(d), .q(q), .late(late));
+  always #5 clk = ~clk;
+  initial begin
+    #6 d = 9; #2 d = 3; #20.5 $finish;
+  end
+endmodule
+"""
+
+
+@pytest.mark.slow
+def test_the_replay_keeps_the_designs_own_delays(counter_task, tmp_path):
+    """A design with delays of its own (1 ns units): the replay runs the model's own timed
+    events between the recorded steps on the context's time, so the design's #2
+    samples what it sampled in Run 1."""
+    rtl = tmp_path / "delayed.sv"
+    rtl.write_text(DELAY_RTL)
+    task = dataclasses.replace(counter_task, id="delayed", toplevel="delayed", rtl_files=(rtl,),
+                               coverage_target={"line": 1.0, "branch": 1.0})
+    direct, replayed, coverage = _run1_and_replay(task, DELAY_TB)
+    assert direct == replayed and coverage["branch"] == 1.0  # q == 9 seen: late set, then cleared
+
+
 def _printf_format(text):
     """`text` as a printf format inside a single-quoted shell word."""
     return (text.replace("\\", "\\\\").replace("%", "%%").replace("'", "\\047")
