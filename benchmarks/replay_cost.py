@@ -85,7 +85,8 @@ def main(argv=None) -> int:
     report = {"task": args.task, "rounds": args.rounds, "as_root": os.geteuid() == 0,
               "median_s": medians, "sim_median_s": sim_medians, "ratio": medians["replay"] / medians["baseline"],
               "times_s": times, "sim_times_s": sim_times}
-    out = REPO / "benchmarks" / "results" / ("replay_cost_svtb.json" if args.cvdp_example else "replay_cost.json")
+    name = "replay_cost_svtb.json" if args.cvdp_example else "replay_cost.json"
+    out = REPO / "benchmarks" / "results" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
     print(f"median per candidate: replay {medians['replay'] * 1000:.0f} ms, "
