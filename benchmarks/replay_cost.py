@@ -1,12 +1,14 @@
 """Per-candidate cost of scoring with the replay (issue 32) against another source tree
 (the code before it), on cached builds, in alternating rounds on this machine.
 
-    python benchmarks/replay_cost.py --baseline-src /path/to/main/src [--rounds 15]
+    python benchmarks/replay_cost.py --baseline-src /path/to/main/src [--rounds 15] [--cvdp-example]
 
-Each round scores the task's reference stimulus once with this tree's harness and once
+`--cvdp-example`: a SystemVerilog testbench answer instead (CVDP's example row, converted
+from tests/fixtures/cvdp; its solution testbench). Each round scores the task's reference
+answer once with this tree's harness and once
 with the baseline's (each in a process of its own, started once), end to end through
 `chorus.harness.score`; prints the medians and the ratio, writes the raw figures to
-benchmarks/results/replay_cost.json.
+benchmarks/results/replay_cost.json (replay_cost_svtb.json with `--cvdp-example`).
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+CVDP_EXAMPLE = "cvdp_v1.1.0_example_nonagentic_code_generation_commercial_with_solutions.jsonl"
 WORKER = r"""
 import json, sys, time
-from chorus.harness import score, ensure_build
+from chorus.harness import score, prebuild
 from chorus.tasks import load_task
 task = load_task(sys.argv[1])
-ensure_build(task)
+prebuild(task)
 text = task.reference_stimulus.read_text()
 assert score(task, text).passed
 for line in sys.stdin:
@@ -56,7 +59,14 @@ def main(argv=None) -> int:
     parser.add_argument("--task", default=str(REPO / "tests" / "fixtures" / "tasks" / "fx_counter"))
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "replay-bench")
+    parser.add_argument("--cvdp-example", action="store_true",
+                        help="score CVDP's example row (a SystemVerilog testbench) instead of --task")
     args = parser.parse_args(argv)
+    if args.cvdp_example:
+        from chorus.cvdp import convert_cvdp_jsonl
+
+        fixture = REPO / "tests" / "fixtures" / "cvdp" / CVDP_EXAMPLE
+        args.task = str(convert_cvdp_jsonl(fixture, args.cache / "cvdp-tasks")[0].root)
     workers = {"replay": _worker(None, args.task, args.cache / "replay"),
                "baseline": _worker(args.baseline_src, args.task, args.cache / "baseline")}
     times = {name: [] for name in workers}
@@ -75,7 +85,8 @@ def main(argv=None) -> int:
     report = {"task": args.task, "rounds": args.rounds, "as_root": os.geteuid() == 0,
               "median_s": medians, "sim_median_s": sim_medians, "ratio": medians["replay"] / medians["baseline"],
               "times_s": times, "sim_times_s": sim_times}
-    out = REPO / "benchmarks" / "results" / "replay_cost.json"
+    name = "replay_cost_svtb.json" if args.cvdp_example else "replay_cost.json"
+    out = REPO / "benchmarks" / "results" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
     print(f"median per candidate: replay {medians['replay'] * 1000:.0f} ms, "

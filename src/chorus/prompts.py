@@ -64,8 +64,9 @@ def answer_format(task: Task) -> str:
         return (
             f"Answer with the complete file `{task.testbench_file}` in a single ```systemverilog "
             f"block: one top-level testbench module that instantiates `{task.toplevel}` as "
-            f"`{task.instance}`,{clock} drives its inputs and ends the simulation with $finish "
-            "in bounded time."
+            f"`{task.instance}` with its default parameters,{clock} drives its inputs and ends the "
+            "simulation with $finish in bounded time. Only its input ports are stimulus: the "
+            "values they receive are replayed into the design alone to measure coverage."
         )
     if clocks:
         timing = (

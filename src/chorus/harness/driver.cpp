@@ -17,6 +17,12 @@
 // (BSD-3-Clause, cocotb contributors) so that a candidate sees the simulator cocotb's
 // runner would build.
 //
+// Built with -DCHORUS_REPLAY_ONLY (SystemVerilog testbench answers, harness/svtb.py: Run 1
+// is the candidate's own Verilated testbench, which records through a generated
+// SystemVerilog monitor) only the replay mode is compiled: no VPI, no cocotb. There
+// --chorus-time-ps says the trace's times are picoseconds, converted to the model's
+// time precision.
+//
 // Trace format (text): "chorus-inputs 1 <ports>", then one line per evaluation whose
 // inputs changed, "<time> <port>:<hex> ..." (the first line: every input), then
 // "end <time>"; written only when the run ends normally, "overflow" alone when it
@@ -33,10 +39,21 @@
 
 #include "Vtop.h"
 #include "verilated.h"
+#ifndef CHORUS_REPLAY_ONLY
 #include "verilated_vpi.h"
+#endif
 #include "chorus_ports.h"  // generated per design: chorus_ports, chorus_get, chorus_set
 
 static vluint64_t main_time = 0;
+// the trace's time unit in model time units (--chorus-time-ps: picoseconds); a model of
+// a coarser precision rounds times down, as its own delays are
+static double time_scale = 1.0;
+
+// a --timing model reads the context's time, a model without timing sc_time_stamp()
+static void set_time(vluint64_t now) {
+    main_time = now;
+    Verilated::threadContextp()->time(now);
+}
 // the trace is kept in memory and written once, at the normal end (O_TRUNC): bytes
 // written into the file before that do not survive, and a run that never reaches its
 // end leaves the file as the scorer made it (empty)
@@ -53,6 +70,7 @@ extern "C" {
 void vlog_startup_routines_bootstrap(void);
 }
 
+#ifndef CHORUS_REPLAY_ONLY
 // -- record ---------------------------------------------------------------------------
 static void append_hex(const uint32_t* words, int count) {
     char chunk[16];
@@ -145,7 +163,7 @@ static int run_cocotb(Vtop* top) {
         vluint64_t next_timing = top->eventsPending() ? top->nextTimeSlot() : none;
         vluint64_t next_time = std::min(next_cocotb, next_timing);
         if (next_time == none) break;
-        main_time = next_time;
+        set_time(next_time);
         VerilatedVpi::callCbs(cbNextSimTime);
         settle_value_callbacks();
         VerilatedVpi::callTimedCbs();
@@ -156,6 +174,7 @@ static int run_cocotb(Vtop* top) {
     write_record();
     return Verilated::threadContextp()->errorCount() > 0 ? 1 : 0;
 }
+#endif  // CHORUS_REPLAY_ONLY
 
 // -- replay ---------------------------------------------------------------------------
 static bool parse_hex(const char* text, size_t length, uint32_t* words, int count) {
@@ -178,19 +197,27 @@ static bool evaluated = false;
 static void advance_to(Vtop* top, vluint64_t until) {
     if (evaluated) top->eval_end_step();
     while (!Verilated::gotFinish() && top->eventsPending() && top->nextTimeSlot() < until) {
-        main_time = top->nextTimeSlot();
+        set_time(top->nextTimeSlot());
         top->eval_step();
         top->eval_end_step();
     }
-    main_time = until;
+    set_time(until);
+}
+
+static void evaluate_at_start(Vtop* top) {
+    top->eval_step();
+    evaluated = true;
 }
 
 // apply one line "<time> <port>:<hex> ..." and evaluate; false for a malformed line
 static bool replay_line(Vtop* top, char* line) {
     char* cursor = line;
     char* end = nullptr;
-    const unsigned long long time = strtoull(cursor, &end, 10);
+    const unsigned long long time = (unsigned long long)(strtoull(cursor, &end, 10) * time_scale);
     if (end == cursor || time < main_time) return false;
+    // Run 1 evaluated the model at time 0 whatever its inputs: with none changed from
+    // their initial 0 before a later time, so does the replay
+    if (!evaluated && time > 0) evaluate_at_start(top);
     if (time > main_time) advance_to(top, time);
     uint32_t words[CHORUS_MAX_WORDS];
     cursor = end;
@@ -233,6 +260,7 @@ static int run_replay(Vtop* top, const char* path) {
     }
     free(line);
     fclose(in);
+    if (!evaluated && status == 0) evaluate_at_start(top);
     if (evaluated) top->eval_end_step();
     top->final();
     VerilatedCov::write();
@@ -241,22 +269,34 @@ static int run_replay(Vtop* top, const char* path) {
 
 int main(int argc, char** argv) {
     const char* replay_path = nullptr;
+    bool time_ps = false;
     for (int i = 1; i < argc; i++) {
         std::string arg = argv[i];
         if (arg == "--chorus-record" && i + 1 < argc) record_path = argv[++i];
         else if (arg == "--chorus-replay" && i + 1 < argc) replay_path = argv[++i];
         else if (arg == "--chorus-record-limit" && i + 1 < argc) record_limit = strtoull(argv[++i], nullptr, 10);
         else if (arg == "--chorus-coverage") record_coverage = true;
+        else if (arg == "--chorus-time-ps") time_ps = true;
     }
     Verilated::commandArgs(argc, argv);
     std::unique_ptr<Vtop> top(new Vtop(""));
     Verilated::fatalOnVpiError(false);
-    last_inputs.assign(CHORUS_TOTAL_WORDS, 0);
+    if (time_ps) {
+        time_scale = 1.0;
+        for (int exponent = Verilated::threadContextp()->timeprecision(); exponent < -12; exponent++) time_scale *= 10;
+        for (int exponent = Verilated::threadContextp()->timeprecision(); exponent > -12; exponent--) time_scale /= 10;
+    }
     if (replay_path) return run_replay(top.get(), replay_path);
+#ifdef CHORUS_REPLAY_ONLY
+    fprintf(stderr, "chorus: this build only replays (--chorus-replay FILE)\n");
+    return 2;
+#else
+    last_inputs.assign(CHORUS_TOTAL_WORDS, 0);
     if (record_path) {
         char header[48];
         snprintf(header, sizeof header, "chorus-inputs 1 %d\n", CHORUS_PORT_COUNT);
         record = header;
     }
     return run_cocotb(top.get());
+#endif
 }

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from chorus.harness.coverage import coverage_counts
 from chorus.harness.outputs import TRACE_NAME
+from chorus.harness.verdict import SimResult, coverage_verdict, failed, with_averages
+from chorus.tasks import Task
 
 DRIVER_SOURCE = Path(__file__).resolve().parent / "driver.cpp"
 DRIVER_NAME = "chorus_driver.cpp"
@@ -173,15 +175,17 @@ def _limit(pid: int, mem_mb: int, cpu_s: int) -> None:
 
 def replay(binary: Path, trace: str, points: dict[str, list[str]] | None, *,
            timeout_s: float = 60.0, mem_mb: int = 2048, max_coverage_bytes: int = 64 << 20,
-           keep_text: bool = False) -> ReplayRun:
+           keep_text: bool = False, time_ps: bool = False) -> ReplayRun:
     """Run 2: simulate the checked `trace` with the design's own binary in replay mode
     (our code only) in a private temporary folder, and count the coverage points of
-    `points` it reaches. The process is killed at `timeout_s`."""
+    `points` it reaches. The process is killed at `timeout_s`. `time_ps`: the trace's
+    times are picoseconds (a SystemVerilog testbench's record), not model time units."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="chorus-replay-") as tmp:
         trace_path, dat = Path(tmp) / TRACE_NAME, Path(tmp) / "coverage.dat"
         trace_path.write_text(trace)
-        command = [str(binary), "--chorus-replay", str(trace_path), f"+verilator+coverage+file+{dat}"]
+        command = [str(binary), "--chorus-replay", str(trace_path), f"+verilator+coverage+file+{dat}",
+                   *(["--chorus-time-ps"] if time_ps else [])]
         proc = subprocess.Popen(command, cwd=tmp, env={"PATH": "/usr/bin:/bin", "LANG": "C"},
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         _limit(proc.pid, mem_mb, int(timeout_s) + 5)
@@ -200,3 +204,32 @@ def replay(binary: Path, trace: str, points: dict[str, list[str]] | None, *,
                 coverage = coverage_counts(text, points) if points is not None else {}
         return ReplayRun(coverage, proc.returncode, timed_out, time.monotonic() - start,
                          log[-1500:].decode(errors="replace"), text if keep_text else None)
+
+
+def judge_trace(task: Task, trace: bytes | None, oversized: bool, binary: Path, widths: list[int],
+                points: dict[str, list[str]] | None, *, timeout_s: float, mem_mb: int,
+                time_ps: bool = False) -> SimResult:
+    """Run 2 of a Run 1 that ended normally: check what it left in the trace file
+    (`oversized`: more than the scorer reads), replay it with `binary` and judge the
+    coverage it reaches. Every candidate, cocotb or SystemVerilog, is scored here."""
+    if oversized:
+        return failed(task, "output_limit", "the input trace is larger than the scorer reads")
+    if trace is None:
+        return failed(task, "runtime_error", "the simulation recorded no inputs (it ended abnormally)")
+    try:
+        checked, ended = canonical_trace(trace, widths)
+    except TraceOverflow as err:
+        return failed(task, "output_limit", f"the stimulus changed the inputs too often: {err}")
+    except TraceError as err:
+        return failed(task, "runtime_error", f"input trace rejected: {err}")
+    if not ended:
+        return failed(task, "runtime_error", "the simulation did not reach its end (no end of the input trace)")
+    replayed = replay(binary, checked, points, timeout_s=timeout_s, mem_mb=mem_mb, time_ps=time_ps)
+    if replayed.timed_out:
+        return failed(task, "timeout", "the replay of the recorded inputs reached the wall-clock limit",
+                      replayed.wall_s)
+    if replayed.coverage is None:
+        return failed(task, "sandbox_error", f"the replay failed (exit {replayed.returncode}): {replayed.log}",
+                      replayed.wall_s)
+    coverage = with_averages(replayed.coverage, task) if replayed.coverage else {}
+    return coverage_verdict(task, coverage, replayed.wall_s)

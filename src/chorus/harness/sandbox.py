@@ -640,7 +640,34 @@ def run_confined(
             for name in (".", *dirnames, *filenames):
                 os.chown(os.path.join(dirpath, name), folder.uid, folder.uid, follow_symlinks=False)
     folder.handed_over = True
-    job = {
+    job_path = outputs.path(JOB_NAME)  # root's, 0600: read by the child before the drop
+    with open(os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w") as handle:
+        handle.write(json.dumps(_child_job(command, env, folder, outputs, limits, read_only, home_writable)))
+    start = time.monotonic()
+    returncode, timed_out = _run_child(job_path, folder, outputs, limits)
+    wall = time.monotonic() - start
+    # every read goes through the descriptors RunOutputs kept on the files it created,
+    # and is bounded, whatever the candidate did to the paths (outputs.py)
+    try:
+        confinement = json.loads(_read_output(outputs, CONFINEMENT_NAME, CONFINEMENT_MAX_BYTES) or b"{}")
+    except ValueError:
+        confinement = {}
+    return ConfinedRun(
+        returncode=returncode,
+        timed_out=timed_out,
+        wall_s=wall,
+        log_tail=outputs.tail(LOG_NAME, LOG_TAIL_BYTES).decode(errors="replace"),
+        output_limited=outputs.size(LOG_NAME) >= limits.fsize_mb * 1024 * 1024 - 4096,
+        confinement=confinement if isinstance(confinement, dict) else {},
+    )
+
+
+def _child_job(command, env, folder: ConfinedFolder, outputs: RunOutputs, limits: SandboxLimits,
+               read_only, home_writable: bool) -> dict:
+    """What the sandbox child (_child.py) is to do: the command, its mounts (the run's
+    folder and `read_only` read-only; home/ when `home_writable` and the output files
+    writable), its uid, its rlimits."""
+    return {
         "command": command,
         "env": env,
         "cwd": str(folder.home),
@@ -661,10 +688,12 @@ def run_confined(
             "nice": limits.nice,
         },
     }
-    job_path = outputs.path(JOB_NAME)  # root's, 0600: read by the child before the drop
-    with open(os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w") as handle:
-        handle.write(json.dumps(job))
-    start = time.monotonic()
+
+
+def _run_child(job_path: Path, folder: ConfinedFolder, outputs: RunOutputs,
+               limits: SandboxLimits) -> tuple[int | None, bool]:
+    """Start the sandbox child on `job_path` and wait at most `limits.timeout_s`; every
+    process of the candidate is killed at the end. (exit status, whether it timed out)."""
     with open(outputs.log_fd(), "wb") as log:
         proc = subprocess.Popen(
             # -I -S: ignore PYTHON* variables and site-packages; stdlib only. The cwd is
@@ -684,18 +713,4 @@ def run_confined(
             timed_out = True
         finally:
             _kill_everything(proc, folder.uid)
-    wall = time.monotonic() - start
-    # every read goes through the descriptors RunOutputs kept on the files it created,
-    # and is bounded, whatever the candidate did to the paths (outputs.py)
-    try:
-        confinement = json.loads(_read_output(outputs, CONFINEMENT_NAME, CONFINEMENT_MAX_BYTES) or b"{}")
-    except ValueError:
-        confinement = {}
-    return ConfinedRun(
-        returncode=proc.returncode,
-        timed_out=timed_out,
-        wall_s=wall,
-        log_tail=outputs.tail(LOG_NAME, LOG_TAIL_BYTES).decode(errors="replace"),
-        output_limited=outputs.size(LOG_NAME) >= limits.fsize_mb * 1024 * 1024 - 4096,
-        confinement=confinement if isinstance(confinement, dict) else {},
-    )
+    return proc.returncode, timed_out

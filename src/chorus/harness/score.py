@@ -14,7 +14,7 @@ from pathlib import Path
 
 from chorus.harness.build import BuildError, ensure_build, load_points_manifest
 from chorus.harness.cocotb_run import SandboxResult, run_candidate
-from chorus.harness.replay import TraceError, TraceOverflow, canonical_trace, replay
+from chorus.harness.replay import judge_trace
 from chorus.harness.sandbox import SandboxLimits
 from chorus.harness.svtb import ensure_sv_build, score_testbench
 from chorus.harness.timeouts import TimeoutPolicy, task_limits
@@ -124,27 +124,9 @@ def replay_verdict(task: Task, run: SandboxResult, build_dir: Path, points: dict
     """Run 2: check the recorded inputs, replay them, judge the coverage they reach."""
     from chorus.harness.build import load_input_ports
 
-    if run.trace_oversized:
-        return failed(task, "output_limit", "the input trace is larger than the scorer reads")
-    if run.trace is None:
-        return failed(task, "runtime_error", "the simulation recorded no inputs (it ended abnormally)")
-    try:
-        trace, ended = canonical_trace(run.trace, [p["width"] for p in load_input_ports(build_dir)])
-    except TraceOverflow as err:
-        return failed(task, "output_limit", f"the stimulus changed the inputs too often: {err}")
-    except TraceError as err:
-        return failed(task, "runtime_error", f"input trace rejected: {err}")
-    if not ended:
-        return failed(task, "runtime_error", "the simulation did not reach its end (no end of the input trace)")
-    replayed = replay(build_dir / task.toplevel, trace, points, timeout_s=limits.timeout_s, mem_mb=limits.mem_mb)
-    if replayed.timed_out:
-        return failed(task, "timeout", "the replay of the recorded inputs reached the wall-clock limit",
-                      replayed.wall_s)
-    if replayed.coverage is None:
-        return failed(task, "sandbox_error", f"the replay failed (exit {replayed.returncode}): {replayed.log}",
-                      replayed.wall_s)
-    coverage = with_averages(replayed.coverage, task) if replayed.coverage else {}
-    return coverage_verdict(task, coverage, replayed.wall_s)
+    widths = [p["width"] for p in load_input_ports(build_dir)]
+    return judge_trace(task, run.trace, run.trace_oversized, build_dir / task.toplevel, widths, points,
+                       timeout_s=limits.timeout_s, mem_mb=limits.mem_mb)
 
 
 def default_workers() -> int:

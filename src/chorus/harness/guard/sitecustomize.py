@@ -24,7 +24,12 @@ import os
 import sys
 
 
-def _install(mode):
+# The rules below are built by factories at install time and live on only in the hook's
+# closures: the factories are deleted from the module afterwards, and nothing the hook
+# calls is looked up by a module-level name the candidate could rebind.
+def _event_rules():
+    """(events refused outright, events whose path arguments are checked, the result
+    files nobody may touch, the ctypes modules)."""
     blocked_events = frozenset({
         "os.system",
         "os.exec",
@@ -62,12 +67,13 @@ def _install(mode):
     # what the score is read from: written by the simulator and cocotb, never by stimulus
     # (results.xml is not listed: cocotb writes it from this very process at the end)
     protected = ("coverage.dat", "confinement.json")
-    homes = tuple({os.getcwd(), os.path.realpath(os.getcwd())})
+    return blocked_events, path_events, protected, ("ctypes", "_ctypes")
+
+
+def _path_rules(homes, protected, results_file):
+    """(in_home, is_protected, writes_outside_home): where a path lies, for the work
+    folders `homes` and the results file cocotb writes outside them."""
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
-    ctypes_modules = ("ctypes", "_ctypes")
-    state = {"candidate_started": mode == "from_start"}
-    # cocotb writes its results there, outside the work folder (sandbox.py, outputs.py)
-    results_file = os.path.realpath(os.environ.get("COCOTB_RESULTS_FILE") or os.devnull)
 
     def in_home(path):
         if not isinstance(path, (str, bytes)):
@@ -77,20 +83,6 @@ def _install(mode):
             return False
         path = os.path.abspath(path)
         return any(path == home or path.startswith(home + os.sep) for home in homes)
-
-    def candidate_on_stack():
-        frame = sys._getframe(2)
-        while frame is not None:
-            if in_home(frame.f_code.co_filename):
-                return True
-            frame = frame.f_back
-        return False
-
-    def start_candidate():
-        state["candidate_started"] = True
-        for name in list(sys.modules):
-            if name.split(".", 1)[0] in ctypes_modules:
-                del sys.modules[name]
 
     def is_protected(path):
         return os.path.basename(os.path.normpath(os.fsdecode(path))) in protected
@@ -108,6 +100,10 @@ def _install(mode):
         inside = any(target == h or target.startswith(h + os.sep) for h in homes)
         return not (inside or target == results_file)
 
+    return in_home, is_protected, writes_outside_home
+
+
+def _refusal_rule(blocked_events, path_events, ctypes_modules, is_protected, writes_outside_home):
     def refusal(event, args):
         """Why `event` is refused in candidate code, or None."""
         if event in blocked_events or event.startswith("ctypes."):
@@ -122,6 +118,32 @@ def _install(mode):
         if event == "import" and args and args[0] in ctypes_modules:
             return "ctypes is not allowed in stimulus"
         return None
+
+    return refusal
+
+
+def _install(mode):
+    blocked_events, path_events, protected, ctypes_modules = _event_rules()
+    homes = tuple({os.getcwd(), os.path.realpath(os.getcwd())})
+    state = {"candidate_started": mode == "from_start"}
+    # cocotb writes its results there, outside the work folder (sandbox.py, outputs.py)
+    results_file = os.path.realpath(os.environ.get("COCOTB_RESULTS_FILE") or os.devnull)
+    in_home, is_protected, writes_outside_home = _path_rules(homes, protected, results_file)
+    refusal = _refusal_rule(blocked_events, path_events, ctypes_modules, is_protected, writes_outside_home)
+
+    def candidate_on_stack():
+        frame = sys._getframe(2)
+        while frame is not None:
+            if in_home(frame.f_code.co_filename):
+                return True
+            frame = frame.f_back
+        return False
+
+    def start_candidate():
+        state["candidate_started"] = True
+        for name in list(sys.modules):
+            if name.split(".", 1)[0] in ctypes_modules:
+                del sys.modules[name]
 
     def guard(event, args):
         if not state["candidate_started"]:
@@ -141,4 +163,4 @@ def _install(mode):
 
 if os.environ.get("CHORUS_GUARD") in ("1", "from_start"):
     _install(os.environ["CHORUS_GUARD"])
-del _install
+del _install, _event_rules, _path_rules, _refusal_rule

@@ -27,6 +27,9 @@ def _matches(guard: dict[str, int], combo: dict[str, int]) -> bool:
     return all(combo[k] == v for k, v in guard.items())
 
 
+Edges = dict[str, list[tuple[dict, str]]]  # state -> its (guard, target) transitions, in priority order
+
+
 @family("fsm")
 def fsm(rng: random.Random, split: str) -> Design:
     style = Style.pick(rng)
@@ -36,6 +39,38 @@ def fsm(rng: random.Random, split: str) -> Design:
     states = rng.sample(STATE_WORDS, n_states)
     out_w = rng.randint(2, 4)
     outputs = {s: rng.randrange(1 << out_w) for s in states}
+    edges = _state_graph(rng, states, inputs, combos)
+    name = pick_name(rng, ["fsm", "ctrl", "sequencer", "controller", "sm"])
+    out = rng.choice(["out", "state_out", "code", "status"])
+    ports = clock_ports(style) + [Port(i, "input", 1, "control input") for i in inputs]
+    ports.append(Port(out, "output", out_w, "Moore output of the current state (table below)"))
+    rtl = _fsm_rtl(rng, style, name, ports, out, out_w, states, outputs, edges)
+    walks = [_walk(seed, states, edges, inputs, combos, style.clocking) for seed in (1, 2)]
+    table = "\n".join(
+        ["| state | `" + out + "` | transitions (first matching guard wins; otherwise stay) |", "|---|---|---|"]
+        + [
+            f"| {s}{' (reset)' if s == states[0] else ''} | {outputs[s]} | "
+            + ("; ".join(f"`{_guard_text(g)}` -> {t}" for g, t in edges[s]) or "stay")
+            + " |"
+            for s in states
+        ]
+    )
+    behaviour = (
+        f"A Moore state machine with {n_states} states. On every rising edge after reset it "
+        "evaluates the guards of the current state in the order listed and moves to the "
+        "state of the first guard that holds; when none holds it stays. "
+        f"`{out}` is a combinational function of the current state:\n\n{table}"
+    )
+    return make_design(
+        "fsm", name, f"{n_states}-state controller with guarded transitions", "medium" if n_states <= 4 else "hard",
+        style, rtl, ports, behaviour, walks, f"state {states[0]}, `{out}` = {outputs[states[0]]}.",
+        {"states": n_states, "inputs": len(inputs), "transitions": sum(map(len, edges.values()))},
+    )
+
+
+def _state_graph(rng: random.Random, states: list[str], inputs: list[str], combos: list[dict]) -> Edges:
+    """Random guarded transitions: a spanning tree from the reset state (every state
+    reachable), then one or two extra transitions per state, back edges included."""
 
     def random_guard(taken: list[dict]) -> dict | None:
         for _ in range(30):
@@ -45,28 +80,32 @@ def fsm(rng: random.Random, split: str) -> Design:
                 return guard
         return None
 
-    edges: dict[str, list[tuple[dict, str]]] = {s: [] for s in states}
-    for i in range(1, n_states):  # a spanning tree from the reset state: all reachable
+    edges: Edges = {s: [] for s in states}
+    for i in range(1, len(states)):
         parent = states[rng.randrange(i)]
         guard = random_guard([g for g, _ in edges[parent]])
         if guard is None:
             parent = states[i - 1]
             guard = random_guard([g for g, _ in edges[parent]])
         edges[parent].append((guard, states[i]))
-    for s in states:  # extra transitions, including back towards the reset state
+    for s in states:
         for _ in range(rng.randint(1, 2)):
             guard = random_guard([g for g, _ in edges[s]])
             target = rng.choice([t for t in states if t != s])
             if guard is not None and target not in [t for _, t in edges[s]]:
                 edges[s].append((guard, target))
+    return edges
 
-    def step(state: str, combo: dict) -> str:
-        return next((t for g, t in edges[state] if _matches(g, combo)), state)
 
-    name = pick_name(rng, ["fsm", "ctrl", "sequencer", "controller", "sm"])
-    out = rng.choice(["out", "state_out", "code", "status"])
-    ports = clock_ports(style) + [Port(i, "input", 1, "control input") for i in inputs]
-    ports.append(Port(out, "output", out_w, "Moore output of the current state (table below)"))
+def _next_state(edges: Edges, state: str, combo: dict) -> str:
+    return next((t for g, t in edges[state] if _matches(g, combo)), state)
+
+
+def _fsm_rtl(rng: random.Random, style: Style, name: str, ports: list[Port], out: str, out_w: int,
+             states: list[str], outputs: dict[str, int], edges: Edges) -> str:
+    """The module: a state register (an enum or localparams, codes maybe shuffled), the
+    next state in one or two processes, the Moore output as a chain or a case."""
+    n_states = len(states)
     sw = max(1, (n_states - 1).bit_length())
     enc = list(range(n_states))
     if rng.random() < 0.4:
@@ -88,7 +127,6 @@ def fsm(rng: random.Random, split: str) -> Design:
     for s in states:
         chain = "".join(f"({_guard_text(g)}) ? S_{t} : " for g, t in edges[s])
         cases.append(f"      S_{s}: {target_var} {assign} {chain}state;")
-    c = style.clocking
     if two_process:
         rtl += f"  {style.comb()} begin\n    next_state = state;\n    case (state)\n" + "\n".join(cases) + "\n"
         rtl += "    endcase\n  end\n"  # no default: unused codes cannot occur (an unreachable line)
@@ -104,55 +142,40 @@ def fsm(rng: random.Random, split: str) -> Design:
         rtl += f"  {style.comb()} begin\n    {out} = {lit(out_w, 0)};\n    case (state)\n"
         rtl += "".join(f"      S_{s}: {out} = {lit(out_w, outputs[s])};\n" for s in states)
         rtl += "    endcase\n  end\n"
-    rtl += "endmodule\n"
+    return rtl + "endmodule\n"
 
-    def walk(order_seed: int) -> list[Step]:
-        """Exercise every (state, transition) and every state's hold, by shortest paths."""
-        todo = []
-        for s in states:
-            for g, _ in edges[s]:
-                todo.append((s, next(cmb for cmb in combos if _matches(g, cmb) and step(s, cmb) == _)))
-            hold = [cmb for cmb in combos if step(s, cmb) == s]
-            if hold:
-                todo.append((s, hold[0]))
-        random.Random(order_seed).shuffle(todo)
-        steps, current = [], states[0]
-        idle = {i: 0 for i in inputs}
-        while todo:
-            paths = _paths(current, states, combos, step)
-            reachable = [t for t in todo if t[0] in paths]
-            if not reachable:
-                steps += [Step(idle)] + _reset_steps(c)
-                current = states[0]
-                continue
-            state, cmb = min(reachable, key=lambda t: len(paths[t[0]]))
-            for hop in paths[state]:
-                steps.append(Step(dict(hop)))
-            steps.append(Step(dict(cmb)))
-            current = step(state, cmb)
-            todo.remove((state, cmb))
-        return steps + [Step(idle, 2)]
 
-    table = "\n".join(
-        ["| state | `" + out + "` | transitions (first matching guard wins; otherwise stay) |", "|---|---|---|"]
-        + [
-            f"| {s}{' (reset)' if s == states[0] else ''} | {outputs[s]} | "
-            + ("; ".join(f"`{_guard_text(g)}` -> {t}" for g, t in edges[s]) or "stay")
-            + " |"
-            for s in states
-        ]
-    )
-    behaviour = (
-        f"A Moore state machine with {n_states} states. On every rising edge after reset it "
-        "evaluates the guards of the current state in the order listed and moves to the "
-        "state of the first guard that holds; when none holds it stays. "
-        f"`{out}` is a combinational function of the current state:\n\n{table}"
-    )
-    return make_design(
-        "fsm", name, f"{n_states}-state controller with guarded transitions", "medium" if n_states <= 4 else "hard",
-        style, rtl, ports, behaviour, [walk(1), walk(2)], f"state {states[0]}, `{out}` = {outputs[states[0]]}.",
-        {"states": n_states, "inputs": len(inputs), "transitions": sum(map(len, edges.values()))},
-    )
+def _walk(order_seed: int, states: list[str], edges: Edges, inputs: list[str], combos: list[dict],
+          clocking) -> list[Step]:
+    """Exercise every (state, transition) and every state's hold, by shortest paths."""
+
+    def step(state: str, combo: dict) -> str:
+        return _next_state(edges, state, combo)
+
+    todo = []
+    for s in states:
+        for g, _ in edges[s]:
+            todo.append((s, next(cmb for cmb in combos if _matches(g, cmb) and step(s, cmb) == _)))
+        hold = [cmb for cmb in combos if step(s, cmb) == s]
+        if hold:
+            todo.append((s, hold[0]))
+    random.Random(order_seed).shuffle(todo)
+    steps, current = [], states[0]
+    idle = {i: 0 for i in inputs}
+    while todo:
+        paths = _paths(current, states, combos, step)
+        reachable = [t for t in todo if t[0] in paths]
+        if not reachable:
+            steps += [Step(idle)] + _reset_steps(clocking)
+            current = states[0]
+            continue
+        state, cmb = min(reachable, key=lambda t: len(paths[t[0]]))
+        for hop in paths[state]:
+            steps.append(Step(dict(hop)))
+        steps.append(Step(dict(cmb)))
+        current = step(state, cmb)
+        todo.remove((state, cmb))
+    return steps + [Step(idle, 2)]
 
 
 def _paths(start, states, combos, step) -> dict:
