@@ -136,7 +136,8 @@ def replay_verdict(task: Task, run: SandboxResult, build_dir: Path, points: dict
         return failed(task, "runtime_error", f"input trace rejected: {err}")
     if not ended:
         return failed(task, "runtime_error", "the simulation did not reach its end (no end of the input trace)")
-    replayed = replay(build_dir / task.toplevel, trace, points, timeout_s=limits.timeout_s, mem_mb=limits.mem_mb)
+    replayed = replay(build_dir / task.toplevel, trace, points, timeout_s=limits.timeout_s, mem_mb=limits.mem_mb,
+                      keep_text=True)
     if replayed.timed_out:
         return failed(task, "timeout", "the replay of the recorded inputs reached the wall-clock limit",
                       replayed.wall_s)
@@ -144,7 +145,9 @@ def replay_verdict(task: Task, run: SandboxResult, build_dir: Path, points: dict
         return failed(task, "sandbox_error", f"the replay failed (exit {replayed.returncode}): {replayed.log}",
                       replayed.wall_s)
     coverage = with_averages(replayed.coverage, task) if replayed.coverage else {}
-    return coverage_verdict(task, coverage, replayed.wall_s)
+    result = coverage_verdict(task, coverage, replayed.wall_s)
+    result.coverage_dat = replayed.text
+    return result
 
 
 def default_workers() -> int:
