@@ -58,6 +58,11 @@ def round_feedback(task: Task, result: SimResult, *, max_chars: int = MAX_FEEDBA
     return bounded("\n".join(lines), max_chars)
 
 
+def feedback_field(task: Task, result: SimResult) -> dict[str, str]:
+    """The `feedback` column of a score row (score_generations' `annotate`)."""
+    return {"feedback": round_feedback(task, result)}
+
+
 def quoted(text: str) -> list[str]:
     """Candidate-controlled text as a fenced block of `| `-prefixed lines: at most
     MAX_ERROR_LINES lines (head and tail) of MAX_LINE_CHARS, no backticks, printable."""
