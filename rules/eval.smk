@@ -1,43 +1,7 @@
 # Evaluation: sample k completions per task from a model, score them with the coverage
 # harness in shards (each shard a separate CPU job: on SLURM, one sbatch job per shard),
 # then gather the per-sample results. Pool "eval" samples the held-out splits; pool
-# "harvest" samples train tasks for distillation (rules/consolidate.smk). With eval.rounds
-# > 1 the eval pool runs coverage-closure rounds (docs/rounds.md): round r >= 2 samples
-# again the samples no earlier round passed, with the harness's feedback in their
-# conversation (generate_round), scores them in shards like round 1 (score_round_shard),
-# and gather_scores merges the rounds.
-from chorus.rounds import round_dir
-
-EVAL_ROUNDS = config["eval"]["rounds"]
-
-
-wildcard_constraints:
-    round=r"[2-9]|[1-9]\d+",
-
-
-def pool_rounds(pool):
-    """The rounds a pool runs: eval.rounds for the eval pool, one for harvest."""
-    return EVAL_ROUNDS if pool == "eval" else 1
-
-
-def round_inputs(wildcards, rounds):
-    """Generations and score shards of rounds 1..`rounds` of one model in one pool."""
-    pool_dir = PLAN.pool_dir(wildcards.pool, wildcards.kind, wildcards.name)
-    folders = [round_dir(pool_dir, r) for r in range(1, rounds + 1)]
-    return {
-        "generations": [f"{folder}/generations.jsonl" for folder in folders],
-        "shards": [
-            f"{folder}/scores/shard{shard}.jsonl"
-            for folder in folders
-            for shard in PLAN.shards()
-        ],
-    }
-
-
-def feedback_params():
-    """Score rows carry the feedback of the next round only when there is one (so a
-    one-round evaluation keeps its params and is not re-scored)."""
-    return {"feedback": True} if EVAL_ROUNDS > 1 else {}
+# "harvest" samples train tasks for distillation (rules/consolidate.smk).
 
 
 rule generate:
@@ -85,14 +49,39 @@ rule score_shard:
         shard=lambda wc: int(wc.shard),
         num_shards=config["simulation"]["shards"],
         simulation=PLAN.simulation(),
-        **feedback_params(),
     script:
         "../scripts/score_shard.py"
 
 
+rule gather_scores:
+    input:
+        shards=score_shards,
+        generations=rules.generate.output.generations,
+    output:
+        table=f"{POOL_DIR}/per_sample.csv",
+    log:
+        f"{RESULTS}/logs/gather/{{pool}}/{{kind}}/{{name}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/gather/{{pool}}/{{kind}}/{{name}}.tsv"
+    conda:
+        "../envs/chorus.yaml"
+    threads: PLAN.threads("light_job")
+    resources:
+        **PLAN.resources("light_job"),
+    params:
+        model=lambda wc: f"{wc.kind}/{wc.name}",
+    script:
+        "../scripts/gather_scores.py"
+
+
+# Coverage-closure rounds (eval.rounds > 1, docs/rounds.md): round r >= 2 samples again,
+# one completion each, the samples no earlier round passed, their conversation continued
+# with the harness's feedback (generate_round), and scores them in shards like round 1
+# (score_round_shard); gather_rounds merges the rounds into the per-sample table. The
+# rules above stay as they are for a one-round evaluation and the harvest pool.
 rule generate_round:
     input:
-        unpack(lambda wc: round_inputs(wc, int(wc.round) - 1)),
+        unpack(earlier_round_inputs),
         model=model_dir,
         manifest=rules.prepare_tasks.output.manifest,
     output:
@@ -113,10 +102,10 @@ rule generate_round:
         device=config["device"],
         round=lambda wc: int(wc.round),
     script:
-        "../scripts/generate.py"
+        "../scripts/generate_round.py"
 
 
-use rule score_shard as score_round_shard with:
+rule score_round_shard:
     input:
         generations=rules.generate_round.output.generations,
         manifest=rules.prepare_tasks.output.manifest,
@@ -127,23 +116,53 @@ use rule score_shard as score_round_shard with:
         f"{RESULTS}/logs/score/{{pool}}/{{kind}}/{{name}}/round{{round}}/shard{{shard}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/score/{{pool}}/{{kind}}/{{name}}/round{{round}}/shard{{shard}}.tsv"
-
-
-rule gather_scores:
-    input:
-        unpack(lambda wc: round_inputs(wc, pool_rounds(wc.pool))),
-    output:
-        table=f"{POOL_DIR}/per_sample.csv",
-    log:
-        f"{RESULTS}/logs/gather/{{pool}}/{{kind}}/{{name}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/gather/{{pool}}/{{kind}}/{{name}}.tsv"
     conda:
-        "../envs/chorus.yaml"
-    threads: PLAN.threads("light_job")
+        "../envs/simulation.yaml"
+    threads: PLAN.threads("sim_job")
     resources:
-        **PLAN.resources("light_job"),
+        **PLAN.resources("sim_job"),
     params:
-        model=lambda wc: f"{wc.kind}/{wc.name}",
+        shard=lambda wc: int(wc.shard),
+        num_shards=config["simulation"]["shards"],
+        simulation=PLAN.simulation(),
     script:
-        "../scripts/gather_scores.py"
+        "../scripts/score_round_shard.py"
+
+
+if config["eval"]["rounds"] > 1:
+
+    # round 1 of the eval pool, its score rows with the feedback for round 2
+    use rule score_round_shard as score_first_round_shard with:
+        input:
+            generations=f"{PLAN.pool_dir('eval')}/generations.jsonl",
+            manifest=rules.prepare_tasks.output.manifest,
+            preflight=ancient(rules.preflight.output.report),
+        output:
+            scores=f"{PLAN.pool_dir('eval')}/scores/shard{{shard}}.jsonl",
+        log:
+            f"{RESULTS}/logs/score/eval/{{kind}}/{{name}}/shard{{shard}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/score/eval/{{kind}}/{{name}}/shard{{shard}}.tsv"
+
+    rule gather_rounds:
+        input:
+            unpack(eval_round_inputs),
+        output:
+            table=f"{PLAN.pool_dir('eval')}/per_sample.csv",
+        log:
+            f"{RESULTS}/logs/gather/eval/{{kind}}/{{name}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/gather/eval/{{kind}}/{{name}}.tsv"
+        conda:
+            "../envs/chorus.yaml"
+        threads: PLAN.threads("light_job")
+        resources:
+            **PLAN.resources("light_job"),
+        params:
+            model=lambda wc: f"{wc.kind}/{wc.name}",
+            rounds=config["eval"]["rounds"],
+        script:
+            "../scripts/gather_rounds.py"
+
+    ruleorder: score_first_round_shard > score_shard
+    ruleorder: gather_rounds > gather_scores

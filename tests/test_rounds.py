@@ -3,6 +3,7 @@ and the fixture design: two rounds end to end, resumption inside a round, the ta
 
 import json
 
+import pandas as pd
 import pytest
 from conftest import TINY_MODEL
 
@@ -109,3 +110,43 @@ def test_a_round_refuses_score_rows_without_feedback(task, two_rounds):
         next_conversations({task.id: task}, attempts([(first, bare)]))
     with pytest.raises(ValueError, match="no score"):
         attempts([(first, bare[1:])])
+
+
+def test_two_rounds_through_the_workflow_and_a_resumed_round(tmp_path):
+    """eval.rounds: 2 on the fixture design with the embedded tiny model: round 2's jobs
+    run after round 1's, the per-sample table has both rounds; a round-2 generation
+    killed after one sample resumes with that sample kept."""
+    import shutil
+
+    from conftest import FIXTURE_TASK, default_config, run_snakemake, write_config
+
+    shutil.copytree(FIXTURE_TASK, tmp_path / "tasks" / FIXTURE_TASK.name)
+    config = default_config()
+    config["tasks"]["root"] = str(tmp_path / "tasks")
+    config["synth"]["enabled"] = False
+    config["eval"].update(rounds=2, k=2, max_new_tokens=16)
+    path = write_config(tmp_path / "config.yaml", config)
+    pool = tmp_path / "results" / "eval" / "base" / "base"
+    target = "results/eval/base/base/per_sample.csv"
+    run_snakemake([target, "--cores", "2", "--directory", str(tmp_path), "--configfile", str(path)])
+    table = pd.read_csv(pool / "per_sample.csv")
+    assert list(table["sample_id"]) == [0, 1]
+    assert {"passed_r1", "passed_r2", "score_r1", "score_r2", "rounds_used"} <= set(table.columns)
+    assert "feedback" not in table.columns
+    first = {r["sample_id"]: r for r in read_jsonl(pool / "scores" / "shard0.jsonl")
+             + read_jsonl(pool / "scores" / "shard1.jsonl")}
+    assert all(r["feedback"].startswith("Result: ") for r in first.values())
+    failed = sorted(i for i, r in first.items() if not r["passed"])
+    second = read_jsonl(pool / "round2" / "generations.jsonl")
+    assert [r["sample_id"] for r in second] == failed and (table["rounds_used"] == 2).sum() == len(failed)
+    # round 2 killed after its first sample: its journal holds it, nothing after it exists
+    generations = pool / "round2" / "generations.jsonl"
+    kept = dict(second[0], completion="KEPT")
+    for done in (generations, pool / "per_sample.csv", *(pool / "round2" / "scores").glob("*.jsonl")):
+        done.unlink()
+    generations.with_name("generations.jsonl.partial").write_text(json.dumps(kept) + "\n")
+    run_snakemake([target, "--cores", "2", "--directory", str(tmp_path), "--configfile", str(path)])
+    again = read_jsonl(generations)
+    assert again[0]["completion"] == "KEPT" and [r["sample_id"] for r in again] == failed
+    log = (tmp_path / "results" / "logs" / "generate" / "eval" / "base" / "base" / "round2.log").read_text()
+    assert "'resumed': 1" in log
