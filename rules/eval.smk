@@ -140,9 +140,9 @@ if config["eval"]["rounds"] > 1:
         output:
             scores=f"{PLAN.pool_dir('eval')}/scores/shard{{shard}}.jsonl",
         log:
-            f"{RESULTS}/logs/score/eval/{{kind}}/{{name}}/shard{{shard}}.log",
+            f"{RESULTS}/logs/score_first_round/{{kind}}/{{name}}/shard{{shard}}.log",
         benchmark:
-            f"{RESULTS}/benchmarks/score/eval/{{kind}}/{{name}}/shard{{shard}}.tsv"
+            f"{RESULTS}/benchmarks/score_first_round/{{kind}}/{{name}}/shard{{shard}}.tsv"
 
     rule gather_rounds:
         input:
@@ -150,9 +150,9 @@ if config["eval"]["rounds"] > 1:
         output:
             table=f"{PLAN.pool_dir('eval')}/per_sample.csv",
         log:
-            f"{RESULTS}/logs/gather/eval/{{kind}}/{{name}}.log",
+            f"{RESULTS}/logs/gather_rounds/{{kind}}/{{name}}.log",
         benchmark:
-            f"{RESULTS}/benchmarks/gather/eval/{{kind}}/{{name}}.tsv"
+            f"{RESULTS}/benchmarks/gather_rounds/{{kind}}/{{name}}.tsv"
         conda:
             "../envs/chorus.yaml"
         threads: PLAN.threads("light_job")
