@@ -150,3 +150,63 @@ def test_two_rounds_through_the_workflow_and_a_resumed_round(tmp_path):
     assert again[0]["completion"] == "KEPT" and [r["sample_id"] for r in again] == failed
     log = (tmp_path / "results" / "logs" / "generate" / "eval" / "base" / "base" / "round2.log").read_text()
     assert "'resumed': 1" in log
+
+
+def test_a_two_round_grpo_step(task, tiny, tmp_path):
+    """rl.rounds: 2 on the tiny model: each episode's answer is simulated, the failed ones
+    get their feedback as a user turn and answer again (TRL's rollout_func); the
+    feedback tokens are masked out of the loss and the reward is the last answer's."""
+    from chorus.rl import train_expert
+    from chorus.rollouts import RoundEpisodes
+    from chorus.settings import GRPOExpert
+
+    seen = {}
+    rollout = RoundEpisodes.__call__
+
+    def recorded(self, prompts, trainer):  # the rollout's output, as TRL receives it
+        seen["output"] = output = rollout(self, prompts, trainer)
+        return output
+
+    RoundEpisodes.__call__ = recorded
+    try:
+        metrics = train_expert(tiny, [task], tmp_path / "expert",
+                               GRPOExpert(steps=1, num_generations=2, batch_size=2, max_completion_length=12, rounds=2),
+                               sim_workers=2, use_cpu=True)
+    finally:
+        RoundEpisodes.__call__ = rollout
+    assert metrics["steps"] == 1 and metrics["rounds"] == 2
+    (episodes,) = metrics["round_episodes"]
+    output = seen["output"]
+    # the tiny model never passes: every episode has two answers and one feedback turn
+    assert episodes["rounds_used"] == [2, 2] and all(n > 0 for n in episodes["feedback_tokens"])
+    tokenizer = load_tokenizer(tiny)
+    for ids, mask, last in zip(output["completion_ids"], output["env_mask"], output["final_answer"]):
+        assert len(ids) == len(mask) and 0 in mask and mask[-1] == 1
+        masked = tokenizer.decode([t for t, m in zip(ids, mask) if m == 0], skip_special_tokens=True)
+        assert masked.strip().startswith(FEEDBACK_HEADING) and "Result: " in masked  # the feedback turn, not trained on
+        # the last answer is what the model said after the feedback
+        assert tokenizer.decode(ids[len(mask) - mask[::-1].index(0):], skip_special_tokens=True) == last
+    (call,) = metrics["reward_calls"]
+    assert call["n"] == 2 and sum(call["statuses"].values()) == 2  # rewarded once per episode
+    # the trainer counts the model's tokens only: two answers of at most 12 tokens each
+    (step,) = [entry for entry in metrics["log_history"] if "completions/mean_length" in entry]
+    model_tokens = [sum(mask) for mask in output["env_mask"]]
+    assert step["completions/mean_length"] == sum(model_tokens) / len(model_tokens) and max(model_tokens) <= 24
+
+
+def test_the_episode_reward_is_the_last_answers(task, cache):
+    """final_answer_reward scores the `final_answer` column, not TRL's whole completion."""
+    from chorus.reward import CoverageReward
+    from chorus.rollouts import final_answer_reward
+
+    coverage = CoverageReward({task.id: task}, "dense", workers=2)
+    try:
+        reward = final_answer_reward(coverage)
+        reference = format_completion(task.reference_stimulus.read_text())
+        episode = reference + "\n## Harness feedback\n...\n" + "not python ("  # the first block is not the last answer
+        assert reward.__name__ == "coverage_dense"
+        assert reward([episode], task_id=[task.id], final_answer=["not python ("]) == [0.0]
+        assert reward(["not python ("], task_id=[task.id], final_answer=[reference]) == [1.0]
+        assert reward([reference], task_id=[task.id]) == [1.0]  # one-round episodes: the completion itself
+    finally:
+        coverage.close()
