@@ -132,7 +132,7 @@ def _bits(bits: list[int]) -> str:
         return ""
     runs, start = [], bits[0]
     for previous, bit in zip(bits, [*bits[1:], None]):
-        if bit != previous + 1 if bit is not None else True:
+        if bit is None or bit != previous + 1:
             runs.append(str(start) if start == previous else f"{start}-{previous}")
             start = bit
     return f" in bit{'s' if len(bits) > 1 else ''} {', '.join(runs)}"
