@@ -124,3 +124,10 @@ def eval_round_inputs(wildcards):
     return round_inputs(
         "eval", wildcards.kind, wildcards.name, config["eval"]["rounds"]
     )
+
+
+def round_plots():
+    """The rounds plot of the report, when the evaluation has rounds."""
+    return (
+        [f"{RESULTS}/plots/pass1_by_round.png"] if config["eval"]["rounds"] > 1 else []
+    )

@@ -89,6 +89,15 @@ def test_merged_rows_pass_when_any_round_passes(task, two_rounds):
     assert list(curve["round"]) == [1, 2] and curve["pass@1_lo"].le(curve["pass@1"]).all()
 
 
+def test_the_rounds_plot_is_drawn(two_rounds, tmp_path):
+    from chorus.report import plot_rounds
+
+    _, rounds, _ = two_rounds
+    table = per_sample_table(merged_rows(attempts(rounds), 2), model="base/base")
+    plot_rounds(table, tmp_path / "rounds.png", {"resamples": 50})
+    assert (tmp_path / "rounds.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_a_round_resumes_where_it_stopped(task, tiny, two_rounds):
     folder, _, conversations = two_rounds
     again = folder / "again2.jsonl"

@@ -119,4 +119,5 @@ def test_evaluation_rounds_add_rounds_and_train_nothing(finished):
     models = len(Plan(config).models())
     assert jobs.get("generate_round") == models and jobs.get("score_round_shard") == 2 * models, jobs
     assert jobs.get("score_first_round_shard") == 2 * models and jobs.get("gather_rounds") == models, jobs
+    assert jobs.get("plot_rounds") == 1, jobs
     assert "score_shard" not in jobs and "gather_scores" not in jobs and not EXPENSIVE & set(jobs), jobs

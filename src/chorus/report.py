@@ -295,6 +295,29 @@ def plot_coverage_distribution(per_sample: pd.DataFrame, path: str) -> None:
     plt.close(fig)
 
 
+def plot_rounds(per_sample: pd.DataFrame, path: str, bootstrap: dict | None = None) -> None:
+    """Per model, Pass@1 after each coverage-closure round with its bootstrap interval
+    over tasks, and the mean coverage score after each round (round_table)."""
+    plt = _pyplot()
+    curve = round_table(per_sample, bootstrap)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for model, rows in curve.groupby("model", sort=False):
+        errors = [rows["pass@1"] - rows["pass@1_lo"], rows["pass@1_hi"] - rows["pass@1"]]
+        left.errorbar(rows["round"], rows["pass@1"], yerr=errors, marker="o", capsize=3, label=model)
+        right.plot(rows["round"], rows["mean_coverage"], marker="o", label=model)
+    for ax, label in ((left, "Pass@1 (passed in any round so far)"), (right, "mean coverage score")):
+        ax.set_xlabel("round")
+        ax.set_ylabel(label)
+        ax.set_xticks(sorted(curve["round"].unique()))
+        ax.set_ylim(-0.05, 1.05)
+    left.set_title("Pass@1 after each round (95% interval over tasks)")
+    right.set_title("Mean coverage after each round")
+    right.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 # the training-curve panels: title, y label, curve set ("sft"/"rl"), the line key and
 # the columns drawn (the first solid, the others dashed)
 TRAINING_PANELS = [
