@@ -49,3 +49,4 @@ rule all:
         rules.aggregate.output,
         rules.report_tables.output,
         rules.plots.output,
+        round_plots(),

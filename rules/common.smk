@@ -17,6 +17,7 @@ from snakemake.exceptions import WorkflowError
 
 from chorus.config import ConfigError
 from chorus.plan import MODEL_KINDS, POOLS, checked_plan
+from chorus.rounds import round_dir
 
 try:
     # fills the schema's defaults into config (the only place defaults come from) and
@@ -42,6 +43,7 @@ wildcard_constraints:
     name="[A-Za-z0-9][A-Za-z0-9_.]*",
     pool=one_of(POOLS),
     shard=r"\d+",
+    round=r"[2-9]|[1-9]\d+",  # coverage-closure rounds after the first
 
 
 # -- inputs that do not depend on wildcards ----------------------------------------------
@@ -92,3 +94,40 @@ def score_shards(wildcards):
     """Every score shard of one model in one pool."""
     pool_dir = PLAN.pool_dir(wildcards.pool, wildcards.kind, wildcards.name)
     return [f"{pool_dir}/scores/shard{shard}.jsonl" for shard in PLAN.shards()]
+
+
+def round_inputs(pool, kind, name, rounds):
+    """Generations and score shards of rounds 1..`rounds` of one model in one pool
+    (docs/rounds.md)."""
+    folders = [
+        round_dir(PLAN.pool_dir(pool, kind, name), r) for r in range(1, rounds + 1)
+    ]
+    return {
+        "generations": [f"{folder}/generations.jsonl" for folder in folders],
+        "shards": [
+            f"{folder}/scores/shard{shard}.jsonl"
+            for folder in folders
+            for shard in PLAN.shards()
+        ],
+    }
+
+
+def earlier_round_inputs(wildcards):
+    """The generations and score shards of the rounds before round `wildcards.round`."""
+    return round_inputs(
+        wildcards.pool, wildcards.kind, wildcards.name, int(wildcards.round) - 1
+    )
+
+
+def eval_round_inputs(wildcards):
+    """Every round's generations and score shards of one model in the eval pool."""
+    return round_inputs(
+        "eval", wildcards.kind, wildcards.name, config["eval"]["rounds"]
+    )
+
+
+def round_plots():
+    """The rounds plot of the report, when the evaluation has rounds."""
+    return (
+        [f"{RESULTS}/plots/pass1_by_round.png"] if config["eval"]["rounds"] > 1 else []
+    )

@@ -72,3 +72,97 @@ rule gather_scores:
         model=lambda wc: f"{wc.kind}/{wc.name}",
     script:
         "../scripts/gather_scores.py"
+
+
+# Coverage-closure rounds (eval.rounds > 1, docs/rounds.md): round r >= 2 samples again,
+# one completion each, the samples no earlier round passed, their conversation continued
+# with the harness's feedback (generate_round), and scores them in shards like round 1
+# (score_round_shard); gather_rounds merges the rounds into the per-sample table. The
+# rules above stay as they are for a one-round evaluation and the harvest pool.
+rule generate_round:
+    input:
+        unpack(earlier_round_inputs),
+        model=model_dir,
+        manifest=rules.prepare_tasks.output.manifest,
+    output:
+        generations=f"{POOL_DIR}/round{{round}}/generations.jsonl",
+    log:
+        f"{RESULTS}/logs/generate/{{pool}}/{{kind}}/{{name}}/round{{round}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/generate/{{pool}}/{{kind}}/{{name}}/round{{round}}.tsv"
+    conda:
+        "../envs/chorus.yaml"
+    threads: PLAN.threads("gpu_job")
+    resources:
+        **PLAN.resources("gpu_job"),
+    params:
+        pool=lambda wc: PLAN.pool(wc.pool),
+        sampling=PLAN.sampling(),
+        seed=lambda wc: PLAN.eval_seed(wc.kind, wc.name),
+        device=config["device"],
+        round=lambda wc: int(wc.round),
+    script:
+        "../scripts/generate_round.py"
+
+
+rule score_round_shard:
+    input:
+        generations=rules.generate_round.output.generations,
+        manifest=rules.prepare_tasks.output.manifest,
+        preflight=ancient(rules.preflight.output.report),
+    output:
+        scores=f"{POOL_DIR}/round{{round}}/scores/shard{{shard}}.jsonl",
+    log:
+        f"{RESULTS}/logs/score/{{pool}}/{{kind}}/{{name}}/round{{round}}/shard{{shard}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/score/{{pool}}/{{kind}}/{{name}}/round{{round}}/shard{{shard}}.tsv"
+    conda:
+        "../envs/simulation.yaml"
+    threads: PLAN.threads("sim_job")
+    resources:
+        **PLAN.resources("sim_job"),
+    params:
+        shard=lambda wc: int(wc.shard),
+        num_shards=config["simulation"]["shards"],
+        simulation=PLAN.simulation(),
+    script:
+        "../scripts/score_round_shard.py"
+
+
+if config["eval"]["rounds"] > 1:
+
+    # round 1 of the eval pool, its score rows with the feedback for round 2
+    use rule score_round_shard as score_first_round_shard with:
+        input:
+            generations=f"{PLAN.pool_dir('eval')}/generations.jsonl",
+            manifest=rules.prepare_tasks.output.manifest,
+            preflight=ancient(rules.preflight.output.report),
+        output:
+            scores=f"{PLAN.pool_dir('eval')}/scores/shard{{shard}}.jsonl",
+        log:
+            f"{RESULTS}/logs/score_first_round/{{kind}}/{{name}}/shard{{shard}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/score_first_round/{{kind}}/{{name}}/shard{{shard}}.tsv"
+
+    rule gather_rounds:
+        input:
+            unpack(eval_round_inputs),
+        output:
+            table=f"{PLAN.pool_dir('eval')}/per_sample.csv",
+        log:
+            f"{RESULTS}/logs/gather_rounds/{{kind}}/{{name}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/gather_rounds/{{kind}}/{{name}}.tsv"
+        conda:
+            "../envs/chorus.yaml"
+        threads: PLAN.threads("light_job")
+        resources:
+            **PLAN.resources("light_job"),
+        params:
+            model=lambda wc: f"{wc.kind}/{wc.name}",
+            rounds=config["eval"]["rounds"],
+        script:
+            "../scripts/gather_rounds.py"
+
+    ruleorder: score_first_round_shard > score_shard
+    ruleorder: gather_rounds > gather_scores

@@ -157,3 +157,32 @@ rule plots:
         rl=PLAN.expert_replicas,
     script:
         "../scripts/plots.py"
+
+
+if config["eval"]["rounds"] > 1:
+
+    # Pass@1 and coverage after each coverage-closure round (docs/rounds.md)
+    rule plot_rounds:
+        input:
+            per_sample=rules.aggregate.output.per_sample,
+        output:
+            plot=report(
+                f"{RESULTS}/plots/pass1_by_round.png",
+                caption="../report/rounds.rst",
+                category="Plots",
+                subcategory="Evaluation",
+                labels={"plot": "5 Pass@1 after each round"},
+            ),
+        log:
+            f"{RESULTS}/logs/plot_rounds.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/plot_rounds.tsv"
+        conda:
+            "../envs/report.yaml"
+        threads: PLAN.threads("light_job")
+        resources:
+            **PLAN.resources("light_job"),
+        params:
+            bootstrap=config["eval"]["bootstrap"],
+        script:
+            "../scripts/plot_rounds.py"

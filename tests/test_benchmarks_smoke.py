@@ -100,3 +100,29 @@ def test_learning_signal_smoke_runs_sft_rl_and_their_evaluation(tmp_path):
     # the program alone on the evaluation's synthetic tasks: one row per task
     assert done["build"]["test"]["samples"] == done["build"]["test"]["tasks"] >= 1
     assert json.loads(out.read_text())["rl_pass1"] == report["rl_pass1"]
+
+
+feedback_rounds = _import_benchmark("feedback_rounds")
+
+
+@pytest.mark.slow  # samples a tiny model and simulates its answers
+def test_feedback_rounds_smoke_measures_pass1_after_each_round(tmp_path):
+    """benchmarks/feedback_rounds.py --smoke: two rounds of a tiny model on one shipped
+    test task; round 2 draws once per sample round 1 did not pass; Pass@1 per round with
+    its interval and cost; a second call reads the finished rounds back."""
+    work, out = tmp_path / "work", tmp_path / "report.json"
+    report = feedback_rounds.main(["--smoke", "--rounds", "2", "--work", str(work), "--out", str(out)])
+    assert json.loads(out.read_text()) == report
+    assert report["tasks"] == 1 and report["k"] == 2 and report["command"].startswith("python benchmarks/")
+    first, second = report["pass1_by_round"]
+    assert (first["round"], second["round"]) == (1, 2)
+    failed = sum(n for status, n in first["cost"]["statuses"].items() if status != "ok")
+    assert first["cost"]["samples"] == 2 and second["cost"]["samples"] == failed
+    for row in (first, second):
+        assert 0.0 <= row["ci95"][0] <= row["pass1"] <= row["ci95"][1] <= 1.0
+    assert second["pass1"] >= first["pass1"]
+    rounds = [(json.loads(line) for line in (work / f"scores_r{r}.jsonl").read_text().splitlines()) for r in (1, 2)]
+    assert all(row["feedback"].startswith("Result: ") for scores in rounds for row in scores)
+    again = feedback_rounds.main(["--smoke", "--rounds", "2", "--work", str(work), "--out", str(out)])
+    assert [r["pass1"] for r in again["pass1_by_round"]] == [first["pass1"], second["pass1"]]
+    assert again["pass1_by_round"] == report["pass1_by_round"]  # read back (the same timings), not sampled again

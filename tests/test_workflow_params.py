@@ -105,3 +105,19 @@ def test_another_model_base_reruns_what_starts_from_it(finished, tmp_path):
     jobs = planned(workdir, changed)
     assert jobs.get("sft") == len(config["sft"]["stages"]) and jobs.get("rl") == len(config["rl"]["experts"]), jobs
     assert "build_base_model" not in jobs  # a folder is used as it is
+
+
+def test_evaluation_rounds_add_rounds_and_train_nothing(finished):
+    """eval.rounds above 1 adds round 2 (a generation and its score shards per evaluated
+    model) and re-scores the eval pool's round 1, whose rows then carry the feedback; it
+    re-samples no round 1, leaves the harvest pool alone and trains nothing. At 1 (the
+    default) the finished run is up to date (the fixture)."""
+    workdir, config = finished
+    changed = copy.deepcopy(config)
+    changed["eval"]["rounds"] = 2
+    jobs = planned(workdir, changed)
+    models = len(Plan(config).models())
+    assert jobs.get("generate_round") == models and jobs.get("score_round_shard") == 2 * models, jobs
+    assert jobs.get("score_first_round_shard") == 2 * models and jobs.get("gather_rounds") == models, jobs
+    assert jobs.get("plot_rounds") == 1, jobs
+    assert "score_shard" not in jobs and "gather_scores" not in jobs and not EXPENSIVE & set(jobs), jobs

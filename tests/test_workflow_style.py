@@ -19,7 +19,7 @@ def test_snakefile_and_rules_are_snakefmt_clean():
 def test_every_rule_has_log_and_benchmark():
     for smk in (REPO / "rules").glob("*.smk"):
         text = smk.read_text()
-        rules = text.count("\nrule ")
+        rules = len(re.findall(r"^ *(?:use )?rule \w+", text, re.M))  # inside an `if` too
         assert text.count("    log:") == rules and text.count("    benchmark:") == rules, smk.name
 
 

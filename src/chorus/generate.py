@@ -51,6 +51,7 @@ def sample_completions(
     device: str | None = None,
     dtype=None,
     sampler: str = "auto",
+    conversations: dict[tuple[str, int], list[dict]] | None = None,
 ) -> dict:
     """Write k completions per task to `out_jsonl` and return statistics (samples,
     new_tokens, seconds, tokens_per_s, resumed). Pending (task, sample) pairs are drawn
@@ -63,12 +64,16 @@ def sample_completions(
     GPU, `batch_size` rows per call (default 128 on cuda), each call seeded like a
     batch); `continuous` draws
     `batch_size` requests per engine call (default 1024 on cuda, 16 on cpu) and seeds each
-    call like a `generate` batch, so it resumes and repeats the same way."""
+    call like a `generate` batch, so it resumes and repeats the same way.
+    conversations: (task id, sample id) -> the chat messages to continue (a later
+    coverage-closure round, chorus.rounds); only these samples are drawn, one each, and
+    `k` is unused. None: k samples of each task's build_prompt."""
     out_jsonl = Path(out_jsonl)
     out_jsonl.parent.mkdir(parents=True, exist_ok=True)
     journal = Journal(journal_path(out_jsonl), _sample_key)
     resumed = len(journal.done)
-    todo = {t.id: [i for i in range(k) if (t.id, i) not in journal.done] for t in tasks}
+    wanted = list(conversations) if conversations is not None else [(t.id, i) for t in tasks for i in range(k)]
+    todo = {t.id: [i for task_id, i in wanted if task_id == t.id and (task_id, i) not in journal.done] for t in tasks}
     todo = {task_id: ids for task_id, ids in todo.items() if ids}
     start, new_tokens = time.perf_counter(), 0
     sampler = resolve_sampler(sampler, device)
@@ -80,13 +85,13 @@ def sample_completions(
             for task_id, sample_id, text, n_tokens in draw(
                 model_dir, [t for t in tasks if t.id in todo], todo,
                 temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                batch_size=batch_size, seed=seed, device=device, dtype=dtype,
+                batch_size=batch_size, seed=seed, device=device, dtype=dtype, conversations=conversations,
             ):
                 new_tokens += n_tokens
                 journal.append({"task_id": task_id, "sample_id": sample_id, "completion": text,
                                 "new_tokens": n_tokens})
                 progress.update()
-    ordered = [journal.done[(t.id, i)] for t in tasks for i in range(k)]
+    ordered = [journal.done[key] for key in wanted]
     journal.finish(out_jsonl, ordered)
     elapsed = time.perf_counter() - start
     stats = {
@@ -122,13 +127,23 @@ def resolve_sampler(sampler: str = "auto", device: str | None = None) -> str:
     return "vllm" if importlib.util.find_spec("vllm") is not None else "static"
 
 
+def _prompt_texts(tokenizer, tasks, pending, conversations=None) -> list[str]:
+    """The rendered prompt of each pending (task id, sample id): its conversation when
+    given, else its task's build_prompt (rendered once per task)."""
+    if conversations is not None:
+        return [render_prompt(tokenizer, conversations[item]) for item in pending]
+    per_task = {t.id: render_prompt(tokenizer, build_prompt(t)) for t in tasks}
+    return [per_task[task_id] for task_id, _ in pending]
+
+
 def _stop_ids(tokenizer) -> list[int]:
     """End-of-sequence ids: eos and the chat template's end-of-turn marker when it exists."""
     candidates = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|end|>")}
     return sorted(i for i in candidates if isinstance(i, int) and i >= 0 and i != tokenizer.unk_token_id)
 
 
-def _hf_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device, dtype):
+def _hf_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device, dtype,
+                conversations=None):
     """Yields (task_id, sample_id, text, new tokens) with transformers generate: the
     pending samples of all tasks, in order, `batch_size` left-padded prompts at a time."""
     import torch
@@ -142,11 +157,11 @@ def _hf_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, b
     tokenizer.padding_side = "left"
     sampling = temperature > 0
     stop_ids = _stop_ids(tokenizer)
-    prompts = {t.id: render_prompt(tokenizer, build_prompt(t)) for t in tasks}
     pending = [(t.id, i) for t in tasks for i in todo[t.id]]
+    texts = _prompt_texts(tokenizer, tasks, pending, conversations)
     for chunk in range(0, len(pending), batch_size):
         items = pending[chunk : chunk + batch_size]
-        inputs = tokenizer([prompts[task_id] for task_id, _ in items], return_tensors="pt",
+        inputs = tokenizer(texts[chunk : chunk + batch_size], return_tensors="pt",
                            padding=True, add_special_tokens=False).to(device)
         torch.manual_seed(_chunk_seed(seed, *items[0]))
         with torch.no_grad():
@@ -180,7 +195,7 @@ def continuous_batching_kwargs(device: str, longest_prompt: int, max_new_tokens:
 
 
 def _continuous_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device,
-                        dtype):
+                        dtype, conversations=None):
     """Yields (task_id, sample_id, text, new tokens) with transformers' continuous batching
     (`generate_batch`): `batch_size` requests per engine call, scheduled by the engine."""
     from transformers import ContinuousBatchingConfig, GenerationConfig
@@ -197,12 +212,12 @@ def _continuous_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_t
         top_p=top_p if sampling else None, top_k=None, eos_token_id=_stop_ids(tokenizer) or None,
         pad_token_id=tokenizer.pad_token_id,
     )
-    prompts = {t.id: tokenizer(render_prompt(tokenizer, build_prompt(t)), add_special_tokens=False)["input_ids"]
-               for t in tasks}
     pending = [(t.id, i) for t in tasks for i in todo[t.id]]
+    prompts = [tokenizer(text, add_special_tokens=False)["input_ids"]
+               for text in _prompt_texts(tokenizer, tasks, pending, conversations)]
     for chunk in range(0, len(pending), batch_size):
         items = pending[chunk : chunk + batch_size]
-        inputs = [prompts[task_id] for task_id, _ in items]
+        inputs = prompts[chunk : chunk + batch_size]
         engine = ContinuousBatchingConfig(seed=_chunk_seed(seed, *items[0]), **continuous_batching_kwargs(
             device, max(map(len, inputs)), max_new_tokens, len(items)))
         outputs = model.generate_batch(inputs, generation_config=generation, continuous_batching_config=engine,
@@ -650,7 +665,8 @@ class _DecodeRun:
                 self.on_finished(caller, row[:count].tolist())
 
 
-def _static_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device, dtype):
+def _static_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device, dtype,
+                    conversations=None):
     """Yields (task_id, sample_id, text, new tokens) with StaticDecoder: the pending samples
     of all tasks, `batch_size` left-padded prompts per call, each call seeded like a
     `generate` batch. One call of all its rows, not slots refilled as rows end
@@ -668,11 +684,11 @@ def _static_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_token
     decoder = StaticDecoder(model)
     stop_ids = _stop_ids(tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (stop_ids or [0])[0]
-    prompts = {t.id: render_prompt(tokenizer, build_prompt(t)) for t in tasks}
     pending = [(t.id, i) for t in tasks for i in todo[t.id]]
+    texts = _prompt_texts(tokenizer, tasks, pending, conversations)
     for chunk in range(0, len(pending), batch_size):
         items = pending[chunk : chunk + batch_size]
-        inputs = tokenizer([prompts[task_id] for task_id, _ in items], return_tensors="pt", padding=True,
+        inputs = tokenizer(texts[chunk : chunk + batch_size], return_tensors="pt", padding=True,
                            add_special_tokens=False)
         torch.manual_seed(_chunk_seed(seed, *items[0]))
         tokens, lengths = decoder.generate(inputs["input_ids"], inputs["attention_mask"],
@@ -684,7 +700,8 @@ def _static_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_token
             yield task_id, sample_id, tokenizer.decode(row, skip_special_tokens=True), int(length)
 
 
-def _vllm_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device, dtype):
+def _vllm_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens, batch_size, seed, device, dtype,
+                  conversations=None):
     """Yields (task_id, sample_id, text, new tokens) with vLLM (all prompts at once)."""
     try:
         from vllm import LLM, SamplingParams
@@ -694,15 +711,11 @@ def _vllm_sampler(model_dir, tasks, todo, *, temperature, top_p, max_new_tokens,
 
     tokenizer = load_tokenizer(model_dir)
     llm = LLM(model=str(model_dir), seed=seed, dtype=str(dtype or "auto").replace("torch.", ""))
-    requests, params = [], []
-    for task in tasks:
-        prompt = render_prompt(tokenizer, build_prompt(task))
-        for sample_id in todo[task.id]:
-            requests.append((task.id, sample_id, prompt))
-            params.append(SamplingParams(
-                n=1, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
-                max_tokens=max_new_tokens, seed=_chunk_seed(seed, task.id, sample_id),
-            ))
+    pending = [(t.id, i) for t in tasks for i in todo[t.id]]
+    requests = [(*item, text) for item, text in zip(pending, _prompt_texts(tokenizer, tasks, pending, conversations))]
+    params = [SamplingParams(n=1, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
+                             max_tokens=max_new_tokens, seed=_chunk_seed(seed, task_id, sample_id))
+              for task_id, sample_id in pending]
     outputs = llm.generate([r[2] for r in requests], params)
     for (task_id, sample_id, _), output in zip(requests, outputs):
         completion = output.outputs[0]

@@ -6,7 +6,8 @@ and a user message with the task's spec.md, its RTL (unless the task is black-bo
 language: a cocotb module (the shipped tasks) or a SystemVerilog testbench file (CVDP
 cid012). The format never asks for a clock the design does not have. `render_prompt` turns the messages
 into text with the tokenizer's chat template, or with `FALLBACK_TEMPLATE` for a
-tokenizer that has none.
+tokenizer that has none. A coverage-closure round (eval.rounds, rl.rounds) continues the
+conversation: the model's answer, then the harness's feedback on it (`round_prompt`).
 """
 
 from __future__ import annotations
@@ -114,6 +115,27 @@ def build_prompt(task: Task) -> list[dict]:
         {"role": "system", "content": SYSTEM_PROMPTS[task.answer_language]},
         {"role": "user", "content": user_prompt(task)},
     ]
+
+
+FEEDBACK_HEADING = "## Harness feedback on your previous answer"
+
+
+def feedback_turns(answer: str, feedback: str) -> list[dict]:
+    """One finished round as chat turns: the model's answer, then the harness's feedback
+    on it (chorus.harness.feedback.round_feedback) as the user's next message."""
+    return [
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": f"{FEEDBACK_HEADING}\n{feedback}"},
+    ]
+
+
+def round_prompt(task: Task, rounds: list[tuple[str, str]]) -> list[dict]:
+    """The prompt of the next coverage-closure round: build_prompt(task), then each
+    earlier round's (answer, feedback) as feedback_turns. No rounds: build_prompt."""
+    messages = build_prompt(task)
+    for answer, feedback in rounds:
+        messages += feedback_turns(answer, feedback)
+    return messages
 
 
 def render_prompt(tokenizer, messages: list[dict], *, add_generation_prompt: bool = True) -> str:

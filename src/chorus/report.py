@@ -71,6 +71,30 @@ def per_task_counts(per_sample: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
 
 
+def sample_rounds(per_sample: pd.DataFrame) -> list[int]:
+    """The coverage-closure rounds a per-sample table has columns for (passed_r<r>);
+    empty for a one-round evaluation."""
+    return sorted(int(c[len("passed_r"):]) for c in per_sample.columns
+                  if c.startswith("passed_r") and c[len("passed_r"):].isdigit())
+
+
+def round_table(per_sample: pd.DataFrame, bootstrap: dict | None = None) -> pd.DataFrame:
+    """Per model and round r: Pass@1 after round r (a sample passes when any round up to
+    r passed; the mean over tasks of each task's passing share), its bootstrap interval
+    over tasks, and the mean coverage score after round r (each sample's last attempt up
+    to r). Empty without round columns."""
+    bootstrap = {**BOOTSTRAP_DEFAULTS, **(bootstrap or {})}
+    rows = []
+    for model, group in per_sample.groupby("model", sort=False):
+        for r in sample_rounds(per_sample):
+            per_task = group.assign(p=group[f"passed_r{r}"].astype(float)).groupby("task_id")
+            pass1, coverage = per_task["p"].mean(), per_task[f"score_r{r}"].mean()
+            low, high = bootstrap_interval(pass1, **bootstrap)
+            rows.append({"model": model, "round": r, "pass@1": pass1.mean(), "pass@1_lo": low,
+                         "pass@1_hi": high, "mean_coverage": coverage.mean(), "tasks": len(pass1)})
+    return pd.DataFrame(rows, columns=["model", "round", "pass@1", "pass@1_lo", "pass@1_hi", "mean_coverage", "tasks"])
+
+
 def summary_table(
     per_sample: pd.DataFrame,
     pass_at: list[int],
@@ -87,6 +111,8 @@ def summary_table(
     named in best_expert) and to the oracle row, each with its paired bootstrap
     interval (both models resampled on the same tasks): vs_best_expert[_lo|_hi],
     vs_oracle[_lo|_hi]. `bootstrap`: resamples, confidence, seed (metrics.bootstrap_interval).
+    With coverage-closure rounds (round_table) the main columns are after the last round,
+    and pass@1_r<r>, mean_coverage_r<r> follow for each round r.
     """
     bootstrap = {**BOOTSTRAP_DEFAULTS, **(bootstrap or {})}
     pass_at = list(pass_at) if 1 in pass_at else [1, *pass_at]  # the intervals are Pass@1's
@@ -144,7 +170,13 @@ def summary_table(
         "samples",
         *COMPARISON_COLUMNS,
     ]
-    return pd.DataFrame(rows).reindex(columns=columns)
+    summary = pd.DataFrame(rows).reindex(columns=columns)
+    rounds = round_table(per_sample, bootstrap)
+    for r, at_round in rounds.groupby("round"):
+        values = at_round.set_index("model")
+        summary[f"pass@1_r{r}"] = summary["model"].map(values["pass@1"])
+        summary[f"mean_coverage_r{r}"] = summary["model"].map(values["mean_coverage"])
+    return summary
 
 
 def complementarity(per_sample: pd.DataFrame, experts: list[str]) -> pd.DataFrame:
@@ -258,6 +290,29 @@ def plot_coverage_distribution(per_sample: pd.DataFrame, path: str) -> None:
     ax.set_ylim(-0.05, 1.05)
     ax.set_ylabel("coverage score")
     ax.set_title("Coverage score of every evaluated sample")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_rounds(per_sample: pd.DataFrame, path: str, bootstrap: dict | None = None) -> None:
+    """Per model, Pass@1 after each coverage-closure round with its bootstrap interval
+    over tasks, and the mean coverage score after each round (round_table)."""
+    plt = _pyplot()
+    curve = round_table(per_sample, bootstrap)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for model, rows in curve.groupby("model", sort=False):
+        errors = [rows["pass@1"] - rows["pass@1_lo"], rows["pass@1_hi"] - rows["pass@1"]]
+        left.errorbar(rows["round"], rows["pass@1"], yerr=errors, marker="o", capsize=3, label=model)
+        right.plot(rows["round"], rows["mean_coverage"], marker="o", label=model)
+    for ax, label in ((left, "Pass@1 (passed in any round so far)"), (right, "mean coverage score")):
+        ax.set_xlabel("round")
+        ax.set_ylabel(label)
+        ax.set_xticks(sorted(curve["round"].unique()))
+        ax.set_ylim(-0.05, 1.05)
+    left.set_title("Pass@1 after each round (95% interval over tasks)")
+    right.set_title("Mean coverage after each round")
+    right.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -19,7 +19,16 @@ from chorus.harness import SandboxLimits
 from chorus.harness.timeouts import TimeoutPolicy, sandbox_settings
 from chorus.prompts import build_prompt
 from chorus.reward import CoverageReward, format_reward
-from chorus.rollouts import RolloutTimer, resolve_rollout_backend, rollout_settings, start_rewards_early, static_rollouts
+from chorus.rollouts import (
+    RolloutTimer,
+    RoundEpisodes,
+    final_answer_reward,
+    prompt_tasks,
+    resolve_rollout_backend,
+    rollout_settings,
+    start_rewards_early,
+    static_rollouts,
+)
 from chorus.settings import GRPOExpert
 from chorus.tasks import Task, load_manifest
 from chorus.training import common_args, finalize, load_trainee, precision_flags, prepare_work_dir, stage_callback
@@ -95,13 +104,20 @@ def train_expert(
         raise ValueError("rollout_backend static needs whole weights in each process: not with DeepSpeed")
     args = grpo_config(expert, backend, work_dir, flags, tokenizer, tasks, deepspeed_config, extra_args)
     coverage = CoverageReward(tasks, expert.reward, sim_workers, sim_limits, sim_timeouts)
+    dataset = rl_dataset(tasks, min_rows=args.generation_batch_size // expert.num_generations)
+    rewards, episodes = [coverage, format_reward], None
+    if (expert.rounds or 1) > 1:  # multi-round episodes, rewarded on their last answer
+        episodes = RoundEpisodes(coverage.tasks, prompt_tasks(dataset), expert.rounds, sim_workers, sim_limits,
+                                 sim_timeouts)
+        rewards = [final_answer_reward(reward) for reward in rewards]
     trainer = GRPOTrainer(
         model=load_trainee(model_in, flags),
-        reward_funcs=[coverage, format_reward],
+        reward_funcs=rewards,
         args=args,
-        train_dataset=rl_dataset(tasks, min_rows=args.generation_batch_size // expert.num_generations),
+        train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[stage_callback()],
+        rollout_func=episodes,
     )
     timer, decoders = wire_rollouts(trainer, expert, backend, coverage)
     start = time.perf_counter()
@@ -124,6 +140,8 @@ def train_expert(
         # compiled decode steps in effect (a failed compile falls back to uncompiled ones)
         "rollout_compile": bool(decoders) and all(decoder.compiled for decoder in decoders.values()),
         "rollout_slots": expert.rollout_slots if backend == "static" else None,
+        "rounds": expert.rounds or 1,
+        "round_episodes": episodes.episodes if episodes is not None else None,
         "rewards_per_step": reward_log(trainer.state.log_history),
         "reward_calls": coverage.calls,
         "log_history": trainer.state.log_history,
@@ -140,7 +158,9 @@ def wire_rollouts(trainer, expert: GRPOExpert, backend: str, coverage: CoverageR
     """The trainer's rollouts as `expert` asks (chorus.rollouts): rewards started as rows
     are decoded, the static decoder for backend `static`, and timed. Returns the timer and
     the static decoders (one per model copy; none for other backends)."""
-    on_finished = start_rewards_early(trainer, coverage) if expert.early_rewards else None
+    # a multi-round episode's completion holds every round: nothing to start early
+    early = expert.early_rewards and (expert.rounds or 1) == 1
+    on_finished = start_rewards_early(trainer, coverage) if early else None
     decoders = (static_rollouts(trainer, on_finished, compile=expert.rollout_compile, slots=expert.rollout_slots)
                 if backend == "static" else {})
     timer = RolloutTimer()

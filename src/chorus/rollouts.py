@@ -6,6 +6,8 @@ the trainer instance, `_generate_single_turn` (one rollout batch: the static dec
 the timer) and `_generate` (the decoded batch: rewards started early), and reads the
 trainer's `_tokenizer`, `eos_token_ids`, `max_completion_length`, `temperature` and
 `top_p`. A TRL upgrade is checked here (tests/test_rl_speed.py runs every hook on CPU).
+Multi-round episodes (rl.rounds, RoundEpisodes) use TRL's public `rollout_func` and
+generate through `_generate_single_turn`, as TRL's own tool loop does.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import time
 from typing import TYPE_CHECKING
 
 from chorus.generate import SAMPLERS
+from chorus.harness.feedback import round_feedback
 
 if TYPE_CHECKING:
     from chorus.reward import CoverageReward
+    from chorus.tasks import Task
 
 ROLLOUT_BACKENDS = SAMPLERS  # rollouts come from the same samplers as evaluation
 
@@ -46,6 +50,12 @@ def rollout_settings(backend: str = "auto", on_gpu: bool = False, vllm_memory: f
     return {"use_vllm": False, "use_transformers_continuous_batching": backend == "continuous"}
 
 
+def prompt_tasks(dataset) -> dict[str, str]:
+    """The task id of each prompt of a GRPO dataset (rl.rl_dataset), keyed by the
+    prompt's JSON: what TRL hands the rollout hooks is the prompt alone."""
+    return {json.dumps(row["prompt"], sort_keys=True): row["task_id"] for row in dataset}
+
+
 def start_rewards_early(trainer, coverage: CoverageReward):
     """Simulate each rollout as soon as it is decoded instead of after the whole batch:
     wraps the trainer's `_generate` (which knows each row's prompt, hence its task) to
@@ -54,7 +64,7 @@ def start_rewards_early(trainer, coverage: CoverageReward):
     a sampler that reports rows as they stop (StaticDecoder), whose simulations then
     overlap the decoding of the longer rows. The rewards are unchanged: the reward call
     takes the started simulations' results and simulates the rest."""
-    prompt_task = {json.dumps(row["prompt"], sort_keys=True): row["task_id"] for row in trainer.train_dataset}
+    prompt_task = prompt_tasks(trainer.train_dataset)
     tokenizer = trainer.processing_class
     batch_tasks: list[str | None] = []
     generate = trainer._generate
@@ -173,3 +183,105 @@ class RolloutTimer:
                 timer.step_s.append(time.perf_counter() - self.start)
 
         return StepTimer()
+
+
+class RoundEpisodes:
+    """GRPO episodes of several coverage-closure rounds (rl.rounds, docs/rounds.md),
+    through TRL's `rollout_func` (GRPOTrainer's hook for custom multi-turn rollouts): each
+    prompt's answer is simulated, and while it has not passed and rounds remain, the
+    harness's feedback on it (chorus.harness.feedback) is appended as the user's next
+    turn and the model answers again. An episode's completion is every answer with the
+    turns between them; the feedback tokens are masked out of the loss (`env_mask`, as
+    TRL's own tool loop masks tool output), and the reward is the last answer's: the
+    reward functions, wrapped by `final_answer_reward`, read the `final_answer` column.
+    Generation goes through the trainer's `_generate_single_turn` like TRL's tool loop
+    (so rollout_backend, the static decoder and RolloutTimer apply to every round).
+    `episodes`: per rollout call, the rounds each episode used and its feedback tokens."""
+
+    def __init__(self, tasks: dict[str, Task], prompt_task: dict[str, str], rounds: int, workers: int | None = None,
+                 limits=None, timeouts=None):
+        self.tasks, self.prompt_task, self.rounds = tasks, prompt_task, rounds
+        self.workers, self.limits, self.timeouts = workers, limits, timeouts
+        self.episodes: list[dict] = []
+
+    def __call__(self, prompts: list, trainer) -> dict:
+        from chorus.prompts import render_prompt
+
+        tokenizer = trainer.processing_class
+        task_ids = [self.prompt_task[json.dumps(p, sort_keys=True)] for p in prompts]
+        prompt_ids = [tokenizer(render_prompt(tokenizer, p), add_special_tokens=False)["input_ids"] for p in prompts]
+        completions = [[] for _ in prompts]
+        masks = [[] for _ in prompts]
+        answers: list[list[str]] = [[] for _ in prompts]
+        feedback: list[list[str]] = [[] for _ in prompts]
+        live = list(range(len(prompts)))
+        for number in range(1, self.rounds + 1):
+            contexts = [prompt_ids[i] + completions[i] for i in live]
+            groups = (trainer.num_generations if trainer.model.training else trainer.num_generations_eval) \
+                if number == 1 else 1  # later rounds: each episode has its own history
+            new_ids, _ = trainer._generate_single_turn(contexts, None, {}, groups)
+            for i, ids in zip(live, new_ids):
+                answers[i].append(tokenizer.decode(ids, skip_special_tokens=True))
+            live = self._continue(live, new_ids, number, task_ids, answers, feedback, completions, masks, tokenizer,
+                                  trainer.eos_token_ids)
+            if not live:
+                break
+        self.episodes.append({"rounds_used": [len(a) for a in answers],
+                              "feedback_tokens": [len(m) - sum(m) for m in masks]})
+        return {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": None, "env_mask": masks,
+                "final_answer": [a[-1] for a in answers]}
+
+    def _continue(self, live, new_ids, number, task_ids, answers, feedback, completions, masks, tokenizer,
+                  stop_ids) -> list[int]:
+        """Append this round's answers; the episodes that go on get their feedback turn
+        (the answer's trailing stop token then belongs to the turn's closing, masked)."""
+        results = self._score([(task_ids[i], answers[i][-1]) for i in live]) if number < self.rounds else None
+        going_on = []
+        for row, (i, ids) in enumerate(zip(live, new_ids)):
+            ids = list(ids)
+            if results is None or results[row].passed:
+                completions[i] += ids
+                masks[i] += [1] * len(ids)
+                continue
+            while ids and ids[-1] in stop_ids:
+                ids.pop()
+            feedback[i].append(round_feedback(self.tasks[task_ids[i]], results[row]))
+            bridge = tokenizer(self._bridge_text(tokenizer, task_ids[i], answers[i], feedback[i]),
+                               add_special_tokens=False)["input_ids"]
+            completions[i] += ids + bridge
+            masks[i] += [1] * len(ids) + [0] * len(bridge)
+            going_on.append(i)
+        return going_on
+
+    def _bridge_text(self, tokenizer, task_id: str, answers: list[str], feedback: list[str]) -> str:
+        """The text between an answer and the next one: the answer's turn closing, the
+        feedback turn and the next generation prompt, as the chat template renders the
+        conversation (its rendering with the feedback extends the one without)."""
+        from chorus.prompts import render_prompt, round_prompt
+
+        task = self.tasks[task_id]
+        before = render_prompt(tokenizer, round_prompt(task, list(zip(answers[:-1], feedback[:-1]))))
+        after = render_prompt(tokenizer, round_prompt(task, list(zip(answers, feedback))))
+        rest = after[len(before):] if after.startswith(before) else None
+        for shown in (answers[-1], answers[-1].strip()):
+            if rest is not None and rest.startswith(shown):
+                return rest[len(shown):]
+        raise ValueError("the chat template does not render a conversation as an extension of its start")
+
+    def _score(self, items: list[tuple[str, str]]):
+        from chorus.harness import score_many
+        from chorus.prompts import extract_answer
+
+        return score_many([(self.tasks[t], extract_answer(text, self.tasks[t].answer_language)) for t, text in items],
+                          workers=self.workers, limits=self.limits, timeouts=self.timeouts)
+
+
+def final_answer_reward(reward):
+    """`reward` applied to each episode's last answer (the `final_answer` column of
+    RoundEpisodes) instead of TRL's whole multi-round completion."""
+
+    def on_final_answer(completions, final_answer=None, **kwargs):
+        return reward(final_answer if final_answer is not None else completions, **kwargs)
+
+    on_final_answer.__name__ = getattr(reward, "__name__", type(reward).__name__)
+    return on_final_answer

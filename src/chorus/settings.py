@@ -75,7 +75,7 @@ class GRPOExpert:
     CONFIGURED: ClassVar[tuple[str, ...]] = (
         "name", "from_stage", "reward", "seed", "splits", "difficulties", "lr", "steps", "beta", "num_generations",
         "max_completion_length", "temperature", "format_weight", "batch_size", "steps_per_generation", "save_steps",
-        "rollout_backend",
+        "rollout_backend", "rounds",
     )
 
     name: str = "expert"
@@ -95,6 +95,7 @@ class GRPOExpert:
     steps_per_generation: int | None = None
     save_steps: int = 50
     rollout_backend: str = "auto"
+    rounds: int | None = None  # coverage-closure rounds per episode (None: one)
     epochs: float = 1.0
     grad_accum: int = 1
     gradient_checkpointing: bool = False

@@ -140,3 +140,16 @@ def exclude_points(
             pid for pid in ids if not any(_point_matches(parse_fields(pid), entry) for entry in exclusions)
         ]
     return kept
+
+
+def uncovered_points(text: str, exclusions: tuple[tuple[tuple[str, str], ...], ...] = ()) -> list[dict[str, str]]:
+    """The fields (less the hierarchy) of every point of a coverage.dat's content that no
+    instance reached, in the file's order, less the points `exclusions` (a task's
+    coverage_exclude) drop."""
+    holes = []
+    for key, count in parse_coverage_points(text).items():
+        fields = dict(key)
+        if count == 0 and point_metric(key) is not None:
+            if not any(_point_matches(fields, entry) for entry in exclusions):
+                holes.append(fields)
+    return holes

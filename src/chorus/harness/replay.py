@@ -224,7 +224,8 @@ def judge_trace(task: Task, trace: bytes | None, oversized: bool, binary: Path, 
         return failed(task, "runtime_error", f"input trace rejected: {err}")
     if not ended:
         return failed(task, "runtime_error", "the simulation did not reach its end (no end of the input trace)")
-    replayed = replay(binary, checked, points, timeout_s=timeout_s, mem_mb=mem_mb, time_ps=time_ps)
+    replayed = replay(binary, checked, points, timeout_s=timeout_s, mem_mb=mem_mb, time_ps=time_ps,
+                      keep_text=True)
     if replayed.timed_out:
         return failed(task, "timeout", "the replay of the recorded inputs reached the wall-clock limit",
                       replayed.wall_s)
@@ -232,4 +233,6 @@ def judge_trace(task: Task, trace: bytes | None, oversized: bool, binary: Path, 
         return failed(task, "sandbox_error", f"the replay failed (exit {replayed.returncode}): {replayed.log}",
                       replayed.wall_s)
     coverage = with_averages(replayed.coverage, task) if replayed.coverage else {}
-    return coverage_verdict(task, coverage, replayed.wall_s)
+    result = coverage_verdict(task, coverage, replayed.wall_s)
+    result.coverage_dat = replayed.text  # the holes a feedback round names (harness.feedback)
+    return result

@@ -262,6 +262,7 @@ def score_generations(
     resume: bool = True,
     timeouts: TimeoutPolicy | None = None,
     extract: Callable[[str, str], str] = unchanged,
+    annotate: Callable[[Task, SimResult], dict] | None = None,
 ) -> list[dict]:
     """Score generation rows ({task_id, sample_id, completion}) and write one result row
     per scorable sample to `out_jsonl`.
@@ -276,6 +277,8 @@ def score_generations(
     result, in the order of `rows`. `extract(completion, answer_language)` turns a
     completion into the code to simulate (model text: chorus.prompts.extract_answer; the
     harness knows nothing of prompts); by default the completion is the code.
+    `annotate(task, result)`: more fields for each result row (the feedback of a
+    coverage-closure round, harness/feedback.py), computed while the result is at hand.
     """
     from chorus.io import Progress
     from chorus.journal import Journal, journal_path
@@ -315,7 +318,10 @@ def score_generations(
             seed=sample_seed(row["sample_id"]),
             timeouts=timeouts,
         )
-        journal.append(flatten_result(row, result))
+        record = flatten_result(row, result)
+        if annotate is not None:
+            record.update(annotate(tasks[row["task_id"]], result))
+        journal.append(record)
         progress.update()
 
     with journal, ThreadPoolExecutor(max_workers=workers) as pool:

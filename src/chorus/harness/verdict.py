@@ -39,9 +39,14 @@ class SimResult:
     # the candidate's own test verdict (cocotb's results file, written inside its
     # process): a recorded claim, never `passed`; None when it reported nothing
     claimed_pass: bool | None = None
+    # Run 2's coverage.dat (the scored replay's), for the feedback of coverage-closure
+    # rounds (harness/feedback.py); never serialised
+    coverage_dat: str | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        record = asdict(self)
+        del record["coverage_dat"]
+        return record
 
 
 def dense_score(coverage: dict[str, float], target: dict[str, float]) -> float:
