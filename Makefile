@@ -19,10 +19,12 @@ EXPERIMENT_CONFIG := --configfile config/gpu.yaml config/experiments/$(EXPERIMEN
 # named again, after config/gpu.yaml so that its sizes win
 EXPERIMENT_SLURM_CONFIG := --configfile config/gpu.yaml config/slurm.yaml config/experiments/$(EXPERIMENT).yaml
 PUBLISHED := docs/results/$(EXPERIMENT)
-# keep-going: one failed model does not stop the independent ones; rerun-incomplete: a cut
-# run resumes. A machine set up otherwise (benchmarks/device/README.md) passes its own BIN,
-# BIN_PYTHON and `make -o setup`; SNAKEMAKE_TARGETS comes before the config files.
-EXPERIMENT_FLAGS ?= --rerun-incomplete --keep-going
+# One GPU node: profiles/gpu-node (keep-going, rerun-incomplete, the GPU shared by its
+# memory); GPU_MEM_GB is the device's memory in GiB (nvidia-smi's first GPU, else 80).
+# A machine set up otherwise (benchmarks/device/README.md) passes its own BIN, BIN_PYTHON
+# and `make -o setup`; SNAKEMAKE_TARGETS comes before the config files.
+GPU_MEM_GB ?= $(or $(shell nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | awk 'NR == 1 {print int($$1 / 1024)}'),80)
+EXPERIMENT_FLAGS ?= --profile profiles/gpu-node --resources gpu_mem_gb=$(GPU_MEM_GB)
 SNAKEMAKE_TARGETS ?=
 BIN_PYTHON ?= $(BIN)/python
 PUBLISH_COMMAND ?= make experiment EXPERIMENT=$(EXPERIMENT)

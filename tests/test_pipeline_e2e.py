@@ -143,3 +143,50 @@ def test_editing_one_merge_reruns_only_that_merge(local_run, tmp_path):
         "total": 7 + shards,
     }
 
+
+
+def snakemake_log_span(workdir: Path, last_rules: tuple[str, ...]) -> float:
+    """Seconds from the first job's start to the last of `last_rules` finishing, on the
+    scheduler's own clock (the timestamps of the run's .snakemake/log file)."""
+    from datetime import datetime
+
+    for log in sorted((workdir / ".snakemake" / "log").glob("*.snakemake.log")):
+        text = log.read_text()
+        stamps = [(datetime.strptime(m[1], "%a %b %d %H:%M:%S %Y"), m.end()) for m in
+                  re.finditer(r"^\[(\w{3} \w{3} +\d+ [\d:]+ \d{4})\]$", text, re.M)]
+        ends = [when for when, at in stamps
+                if re.match(rf"\s*Finished jobid: \d+ \(Rule: ({'|'.join(last_rules)})\)", text[at:])]
+        if ends:
+            return (max(ends) - stamps[0][0]).total_seconds()
+    raise AssertionError("no log of the run")
+
+
+def test_publish_writes_run_json(local_run, tmp_path):
+    """make experiment-publish's run.json: wall time, device, evaluation size, command and
+    per-stage times of the run, from its benchmark files."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    from chorus.run_record import REPORT_STAGES, job_times
+
+    out = tmp_path / "run.json"
+    subprocess.run([sys.executable, "scripts/publish_run.py", str(local_run / "results"), str(out),
+                    "--command", "snakemake --cores 2"], cwd=REPO, check=True)
+    record = json.loads(out.read_text())
+    config = yaml.safe_load((local_run / "config.yaml").read_text())
+    plan = Plan(config)
+    test_tasks = load_manifest(local_run / plan.results / "tasks" / "manifest.json", splits=plan.config["eval"]["splits"])
+    assert record["tasks"] == len(test_tasks) and record["k"] == plan.config["eval"]["k"]
+    assert record["models"] == len(plan.models()) and record["command"] == "snakemake --cores 2"
+    if shutil.which("nvidia-smi") is None:
+        assert record["device"] == "cpu"
+    # the wall time agrees with the scheduler's log (1 s timestamps, job start overhead)
+    assert abs(record["wall_s"] - snakemake_log_span(local_run, REPORT_STAGES)) <= 5
+    jobs = job_times(local_run / "results" / "benchmarks")
+    assert record["jobs"] == len(jobs) == sum(s["jobs"] for s in record["stages"].values())
+    assert {"sft", "rl", "merge", "generate", "score", "plots"} <= set(record["stages"])
+    for name, stage in record["stages"].items():
+        assert stage["longest_s"] <= stage["span_s"] + 0.1 and stage["longest_s"] <= stage["sum_s"] + 0.1, name
+        assert 0 <= stage["first_start_s"] <= stage["last_end_s"] <= record["wall_s"] + 0.1, name
