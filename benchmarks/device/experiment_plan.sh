@@ -44,7 +44,7 @@ probe() {
   "$PYTHON" - "$LIST" <<'PY'
 import re, sys
 from importlib.metadata import PackageNotFoundError, version
-group = None
+group, needed = None, {}
 for line in open(sys.argv[1]):
     if line.startswith("["):
         group = line.split("]")[0][1:]
@@ -59,6 +59,13 @@ for line in open(sys.argv[1]):
         found = None
     if found != pinned:
         print(f"{group}: {name} {found or 'missing'} (carried: {pinned})")
+    needed.setdefault(group, 0)
+    needed[group] += found is None
+for group, count in needed.items():
+    if group == "base":
+        print("carry .whl_experiment/base: always (it replaces the image's transformers and hub)")
+    else:
+        print(f"carry .whl_experiment/{group}: {'yes' if count else 'no'}, {count} of its distributions missing here")
 PY
   "$PYTHON" -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__)"
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
@@ -107,26 +114,34 @@ run() {
   local bin
   bin=$(dirname "$(command -v snakemake)")
   unpack_corpus > "$WORK/unpack.log" 2>&1 || { echo "corpus: see unpack.log" > "$WORK/finished"; return 1; }
+  # the GPU's memory and load every 5 s: what the jobs sharing it really took (gpu_mem_gb)
+  nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -l 5 > "$WORK/gpu_usage.log" 2>&1 &
+  local sampler=$!
   # make experiment as on any GPU node: -o setup (the image is set up: no venv, no network)
   make -o setup experiment BIN="$bin" EXPERIMENT="$EXPERIMENT" > "$WORK/workflow.log" 2>&1
   echo "workflow exit $?" > "$WORK/workflow.status"
+  kill "$sampler"
   make experiment-publish BIN="$bin" EXPERIMENT="$EXPERIMENT" PUBLISH_COMMAND="make experiment" \
     > "$WORK/publish.log" 2>&1
   echo "run: workflow and publish ran" > "$WORK/finished"
 }
 
-# at most 64 MiB back: everything published, then the logs and job records, the
-# generations and per-sample tables gzipped while they fit
+# at most 64 MiB back: what publish wrote, the run's records (logs, job benchmark files,
+# metrics, report pages, plots, tables, the scheduler's log), then the samples and scores
+# while they fit
 copy_out() {
   local published=docs/results/$EXPERIMENT
   cp "$WORK"/*.log "$WORK"/*.status "$OUT"/ 2>/dev/null
   [ -d "$published" ] && tar -czf "$OUT/published.tar.gz" "$published"
-  [ -d "$RESULTS" ] && tar -czf "$OUT/records.tar.gz" --exclude='*.safetensors' --exclude='*.bin' \
-    --exclude='*.pt' --exclude='*.jsonl' --exclude='*.csv' --exclude=synth --exclude=tasks \
-    "$RESULTS" .snakemake/log 2>/dev/null
-  [ -d "$RESULTS" ] && tar -czf "$OUT/samples.tar.gz" --exclude=models --exclude=synth \
-    --exclude=tasks --exclude=data "$RESULTS" --wildcards '*.jsonl' '*.csv' 2>/dev/null
-  [ -f "$OUT/samples.tar.gz" ] && (($(du -cm "$OUT"/* | tail -1 | cut -f1) > 60)) && rm "$OUT/samples.tar.gz"
+  if [ -d "$RESULTS" ]; then
+    find "$RESULTS" .snakemake/log \( -path "$RESULTS/synth" -o -path "$RESULTS/tasks" \) -prune -o -type f \
+      \( -name '*.log' -o -name '*.tsv' -o -name '*.html' -o -name '*.png' -o -name '*.csv' \
+      -o \( -name '*.json' ! -name 'tokenizer*.json' \) \) -size -2M -print > "$WORK/records.list"
+    tar -czf "$OUT/records.tar.gz" -T "$WORK/records.list"
+    find "$RESULTS/eval" "$RESULTS/harvest" -name '*.jsonl' -print > "$WORK/samples.list" 2>/dev/null
+    tar -czf "$OUT/samples.tar.gz" -T "$WORK/samples.list"
+    (($(du -cm "$OUT"/* | tail -1 | cut -f1) > 60)) && rm "$OUT/samples.tar.gz"
+  fi
   du -sh "$OUT"/*
   return 0
 }
