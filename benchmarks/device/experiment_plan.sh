@@ -118,11 +118,12 @@ run() {
   nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -l 5 > "$WORK/gpu_usage.log" 2>&1 &
   local sampler=$!
   # make experiment as on any GPU node: -o setup (the image is set up: no venv, no network)
-  make -o setup experiment BIN="$bin" EXPERIMENT="$EXPERIMENT" > "$WORK/workflow.log" 2>&1
+  local make_args=(BIN="$bin" BIN_PYTHON="$PYTHON" EXPERIMENT="$EXPERIMENT") command
+  command=$(make -s -n -o setup experiment "${make_args[@]}" | grep snakemake)
+  make -o setup experiment "${make_args[@]}" > "$WORK/workflow.log" 2>&1
   echo "workflow exit $?" > "$WORK/workflow.status"
   kill "$sampler"
-  make experiment-publish BIN="$bin" EXPERIMENT="$EXPERIMENT" PUBLISH_COMMAND="make experiment" \
-    > "$WORK/publish.log" 2>&1
+  make experiment-publish "${make_args[@]}" PUBLISH_COMMAND="make experiment: $command" > "$WORK/publish.log" 2>&1
   echo "run: workflow and publish ran" > "$WORK/finished"
 }
 
@@ -136,7 +137,7 @@ copy_out() {
   if [ -d "$RESULTS" ]; then
     find "$RESULTS" .snakemake/log \( -path "$RESULTS/synth" -o -path "$RESULTS/tasks" \) -prune -o -type f \
       \( -name '*.log' -o -name '*.tsv' -o -name '*.html' -o -name '*.png' -o -name '*.csv' \
-      -o \( -name '*.json' ! -name 'tokenizer*.json' \) \) -size -2M -print > "$WORK/records.list"
+      -o \( -name '*.json' ! -name 'tokenizer*.json' \) \) -size -2M -print > "$WORK/records.list" 2>/dev/null
     tar -czf "$OUT/records.tar.gz" -T "$WORK/records.list"
     find "$RESULTS/eval" "$RESULTS/harvest" -name '*.jsonl' -print > "$WORK/samples.list" 2>/dev/null
     tar -czf "$OUT/samples.tar.gz" -T "$WORK/samples.list"
@@ -161,7 +162,7 @@ start)
   check_install || exit 1
   rm -f "$WORK/finished"
   export -f run unpack_corpus
-  export WORK EXPERIMENT RESULTS
+  export WORK EXPERIMENT RESULTS PYTHON
   setsid nohup bash -c run > "$WORK/run.log" 2>&1 < /dev/null &
   follow "${2:-540}"
   ;;
