@@ -55,8 +55,8 @@ def task_files():
 
 
 def prebuilt_designs():
-    """The prebuild job's report when rl.prebuild builds every design first, else none."""
-    if config["rl"]["prebuild"]:
+    """The prebuild job's report when config prebuild builds every design first, else none."""
+    if config["prebuild"]:
         return [f"{RESULTS}/prebuild/designs.json"]
     return []
 

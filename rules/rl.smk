@@ -2,7 +2,7 @@
 # reward is the coverage fraction reached in Verilator simulation (or binary pass).
 
 
-# rl.prebuild: every design built once, beside SFT (high priority: its cores are free
+# config prebuild: every design built once, beside SFT (high priority: its cores are free
 # while SFT holds the GPU), before the first expert; the build cache is shared by all
 rule prebuild:
     input:
@@ -31,7 +31,7 @@ rule rl:
         manifest=rules.prepare_tasks.output.manifest,
         # ancient: the preflight must pass first, but re-running it re-trains nothing
         preflight=ancient(rules.preflight.output.report),
-        # ancient: waits for the builds (rl.prebuild), re-running them re-trains nothing
+        # ancient: waits for the builds (config prebuild), re-running them re-trains nothing
         prebuilt=ancient(prebuilt_designs()),
     output:
         model=directory(PLAN.model_dir("rl", "{expert}")),

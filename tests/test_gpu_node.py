@@ -1,5 +1,5 @@
 """`make experiment` on one GPU node: the command it runs, and the jobs that command plans
-(profiles/gpu-node: the GPU shared by its memory, the cores by what jobs use; rl.prebuild)."""
+(profiles/gpu-node: the GPU shared by its memory, the cores by what jobs use; prebuild)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_make_experiment_shares_one_gpu_by_memory(tmp_path):
 
 
 def test_the_embedded_default_plans_no_prebuild(tmp_path):
-    """rl.prebuild is off by default: `make run` gets no new job and RL no new input."""
+    """prebuild is off by default: `make run` gets no new job and RL no new input."""
     from conftest import default_config, write_config
 
     config = default_config()

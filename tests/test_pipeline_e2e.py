@@ -177,16 +177,40 @@ def test_publish_writes_run_json(local_run, tmp_path):
     record = json.loads(out.read_text())
     config = yaml.safe_load((local_run / "config.yaml").read_text())
     plan = Plan(config)
-    test_tasks = load_manifest(local_run / plan.results / "tasks" / "manifest.json", splits=plan.config["eval"]["splits"])
+    test_tasks = load_manifest(local_run / plan.results / "tasks" / "manifest.json", splits=plan.config["eval"]["splits"],
+                               root=local_run)
     assert record["tasks"] == len(test_tasks) and record["k"] == plan.config["eval"]["k"]
     assert record["models"] == len(plan.models()) and record["command"] == "snakemake --cores 2"
     if shutil.which("nvidia-smi") is None:
         assert record["device"] == "cpu"
-    # the wall time agrees with the scheduler's log (1 s timestamps, job start overhead)
-    assert abs(record["wall_s"] - snakemake_log_span(local_run, REPORT_STAGES)) <= 5
+    # the wall time agrees with the scheduler's log (1 s timestamps; a job's benchmark
+    # starts after its process does, seconds on a loaded machine)
+    assert abs(record["wall_s"] - snakemake_log_span(local_run, REPORT_STAGES)) <= 15
     jobs = job_times(local_run / "results" / "benchmarks")
     assert record["jobs"] == len(jobs) == sum(s["jobs"] for s in record["stages"].values())
     assert {"sft", "rl", "merge", "generate", "score", "plots"} <= set(record["stages"])
     for name, stage in record["stages"].items():
         assert stage["longest_s"] <= stage["span_s"] + 0.1 and stage["longest_s"] <= stage["sum_s"] + 0.1, name
         assert 0 <= stage["first_start_s"] <= stage["last_end_s"] <= record["wall_s"] + 0.1, name
+
+
+def test_prebuild_builds_every_design_of_the_task_set(local_run, tmp_path, monkeypatch):
+    """prebuild: one job builds every design of the manifest into the build cache (a
+    fresh one here, so nothing the run built before counts)."""
+    from chorus.harness.build import build_key
+
+    cache = tmp_path / "verilator"
+    monkeypatch.setenv("CHORUS_CACHE_DIR", str(cache))
+    config = yaml.safe_load((local_run / "config.yaml").read_text())
+    config["prebuild"] = True
+    path = write_config(tmp_path / "prebuild.yaml", config)
+    report = "results/prebuild/designs.json"
+    run_snakemake(["--cores", "2", "--directory", str(local_run), "--configfile", str(path), report])
+    tasks = load_manifest(local_run / "results" / "tasks" / "manifest.json", root=local_run)
+    designs = {build_key(task) for task in tasks if task.answer_language != "systemverilog"}
+    assert json.loads((local_run / report).read_text())["designs"] == len({t.design_hash() for t in tasks})
+    assert designs and all((cache / key / "BUILD_OK").exists() for key in designs)
+    # the RL experts wait for it
+    proc = run_snakemake(["-n", "--forceall", "--directory", str(local_run), "--configfile", str(path)])
+    rl_blocks = [b for b in re.split(r"\n(?=(?:local)?rule \w+:\n)", proc.stdout) if b.startswith("rule rl:")]
+    assert rl_blocks and all(report in block.split("output:")[0] for block in rl_blocks)
