@@ -60,6 +60,7 @@ def test_make_experiment_shares_one_gpu_by_memory(tmp_path):
     assert gpu_mem["sft"] + gpu_mem["generate"] > H100_GIB and gpu_mem["rl"] + gpu_mem["generate"] > H100_GIB
     # every design built once, beside SFT, before the first expert
     assert len(by_rule["prebuild"]) == 1 and by_rule["prebuild"][0]["threads"] == PROFILE["set-threads"]["prebuild"]
+    assert by_rule["preflight"][0]["threads"] == PROFILE["set-threads"]["preflight"] > 8  # SFT waits for it
     assert all("prebuild/designs.json" in job["input"] for job in by_rule["rl"])
 
 
