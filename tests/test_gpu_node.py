@@ -27,7 +27,8 @@ def planned_jobs(output: str) -> list[dict]:
             fields = dict(re.findall(r"^    (\w+): (.*)$", block, re.M))
             resources = dict(item.split("=", 1) for item in fields.get("resources", "").split(", ") if "=" in item)
             jobs.append({"rule": head[1], "input": fields.get("input", ""), "threads": int(fields.get("threads", 1)),
-                         "resources": resources})
+                         "resources": resources, "wildcards": fields.get("wildcards", ""),
+                         "first": fields.get("priority") == "highest"})
     return jobs
 
 
@@ -62,6 +63,10 @@ def test_make_experiment_shares_one_gpu_by_memory(tmp_path):
     assert len(by_rule["prebuild"]) == 1 and by_rule["prebuild"][0]["threads"] == PROFILE["set-threads"]["prebuild"]
     assert by_rule["preflight"][0]["threads"] == PROFILE["set-threads"]["preflight"] > 8  # SFT waits for it
     assert all("prebuild/designs.json" in job["input"] for job in by_rule["rl"])
+    # the distilled model's chain goes first; the evaluations fill the GPU around it
+    chain = ["preflight", "prebuild", "sft", "rl", "consolidate_sft"]
+    assert all(job["first"] for rule in chain for job in by_rule[rule])
+    assert all(job["first"] == ("pool=harvest" in job["wildcards"]) for job in by_rule["generate"])
 
 
 def test_the_embedded_default_plans_no_prebuild(tmp_path):
