@@ -205,7 +205,7 @@ def test_prebuild_builds_every_design_of_the_task_set(local_run, tmp_path, monke
     config["prebuild"] = True
     path = write_config(tmp_path / "prebuild.yaml", config)
     report = "results/prebuild/designs.json"
-    run_snakemake(["--cores", "2", "--directory", str(local_run), "--configfile", str(path), report])
+    run_snakemake([report, "--cores", "2", "--directory", str(local_run), "--configfile", str(path)])
     tasks = load_manifest(local_run / "results" / "tasks" / "manifest.json", root=local_run)
     designs = {build_key(task) for task in tasks if task.answer_language != "systemverilog"}
     assert json.loads((local_run / report).read_text())["designs"] == len({t.design_hash() for t in tasks})
