@@ -160,10 +160,15 @@ probe) probe ;;
 wheels) for dir in .whl_experiment/*/; do install_group "${dir%/}" || exit 1; done ;;
 start)
   check_install || exit 1
-  rm -f "$WORK/finished"
-  export -f run unpack_corpus
-  export WORK EXPERIMENT RESULTS PYTHON
-  setsid nohup bash -c run > "$WORK/run.log" 2>&1 < /dev/null &
+  if [ -f "$WORK/run.pid" ] && kill -0 "$(cat "$WORK/run.pid")" 2>/dev/null; then
+    echo "already running: following it"
+  else
+    rm -f "$WORK/finished"
+    export -f run unpack_corpus
+    export WORK EXPERIMENT RESULTS PYTHON
+    setsid nohup bash -c run > "$WORK/run.log" 2>&1 < /dev/null &
+    echo $! > "$WORK/run.pid"
+  fi
   follow "${2:-540}"
   ;;
 poll) follow "${2:-540}" ;;
