@@ -23,8 +23,9 @@ PYTHON=${PYTHON:-python3}
 GGUF=${GGUF:-/root/gguf/SmolLM2-135M-Instruct.Q4_1.gguf}
 LIST=benchmarks/device/experiment_wheels.txt
 mkdir -p "$WORK" "$OUT"
-# transformers 5.25 would fetch hub kernels; the machine is offline
-export USE_HUB_KERNELS=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# transformers 5.25 would fetch hub kernels; the machine is offline. chorus is not
+# installed there: the jobs find it through the workflow, publish_run.py through PYTHONPATH
+export USE_HUB_KERNELS=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONPATH=src
 
 # the wheels of one folder whose distribution is not installed (any version)
 missing_wheels() {
