@@ -19,6 +19,15 @@ EXPERIMENT_CONFIG := --configfile config/gpu.yaml config/experiments/$(EXPERIMEN
 # named again, after config/gpu.yaml so that its sizes win
 EXPERIMENT_SLURM_CONFIG := --configfile config/gpu.yaml config/slurm.yaml config/experiments/$(EXPERIMENT).yaml
 PUBLISHED := docs/results/$(EXPERIMENT)
+# One GPU node: profiles/gpu-node (keep-going, rerun-incomplete, the GPU shared by its
+# memory); GPU_MEM_GB is the device's memory in GiB (nvidia-smi's first GPU, else 80).
+# A machine set up otherwise (benchmarks/device/README.md) passes its own BIN, BIN_PYTHON
+# and `make -o setup`; SNAKEMAKE_TARGETS comes before the config files.
+GPU_MEM_GB ?= $(or $(shell nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | awk 'NR == 1 {print int($$1 / 1024)}'),80)
+EXPERIMENT_FLAGS ?= --profile profiles/gpu-node --resources gpu_mem_gb=$(GPU_MEM_GB)
+SNAKEMAKE_TARGETS ?=
+BIN_PYTHON ?= $(BIN)/python
+PUBLISH_COMMAND ?= make experiment EXPERIMENT=$(EXPERIMENT)
 
 .PHONY: setup run test test-fast clean experiment experiment-slurm experiment-publish
 
@@ -62,7 +71,7 @@ clean:
 
 # Targets come before --configfile, which takes every word after it.
 experiment: setup
-	$(BIN)/snakemake --cores all --rerun-incomplete $(EXPERIMENT_CONFIG)
+	$(BIN)/snakemake $(SNAKEMAKE_TARGETS) --cores all $(EXPERIMENT_FLAGS) $(EXPERIMENT_CONFIG)
 
 experiment-slurm: setup
 	$(BIN)/snakemake --profile profiles/slurm --rerun-incomplete $(EXPERIMENT_SLURM_CONFIG)
@@ -71,5 +80,6 @@ experiment-publish:
 	mkdir -p $(PUBLISHED)
 	cp -r results/$(EXPERIMENT)/tables results/$(EXPERIMENT)/plots results/$(EXPERIMENT)/benchmarks $(PUBLISHED)/
 	cp config/experiments/$(EXPERIMENT).yaml $(PUBLISHED)/config.yaml
+	$(BIN_PYTHON) scripts/publish_run.py results/$(EXPERIMENT) $(PUBLISHED)/run.json --command "$(PUBLISH_COMMAND)"
 	$(BIN)/snakemake --report $(PUBLISHED)/report.html $(EXPERIMENT_CONFIG)
-	$(BIN)/pip freeze --exclude-editable > $(PUBLISHED)/versions.txt
+	$(BIN_PYTHON) -m pip freeze --exclude-editable > $(PUBLISHED)/versions.txt

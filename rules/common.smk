@@ -56,6 +56,13 @@ def task_files():
     )
 
 
+def prebuilt_designs():
+    """The prebuild job's report when config prebuild builds every design first, else none."""
+    if config["prebuild"]:
+        return [f"{RESULTS}/prebuild/designs.json"]
+    return []
+
+
 def synth_corpus():
     """The synthetic corpus listing when synth is enabled (rules/synth.smk), else none."""
     if config["synth"]["enabled"]:

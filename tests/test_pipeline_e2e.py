@@ -143,3 +143,74 @@ def test_editing_one_merge_reruns_only_that_merge(local_run, tmp_path):
         "total": 7 + shards,
     }
 
+
+
+def snakemake_log_span(workdir: Path, last_rules: tuple[str, ...]) -> float:
+    """Seconds from the first job's start to the last of `last_rules` finishing, on the
+    scheduler's own clock (the timestamps of the run's .snakemake/log file)."""
+    from datetime import datetime
+
+    for log in sorted((workdir / ".snakemake" / "log").glob("*.snakemake.log")):
+        text = log.read_text()
+        stamps = [(datetime.strptime(m[1], "%a %b %d %H:%M:%S %Y"), m.end()) for m in
+                  re.finditer(r"^\[(\w{3} \w{3} +\d+ [\d:]+ \d{4})\]$", text, re.M)]
+        ends = [when for when, at in stamps
+                if re.match(rf"\s*Finished jobid: \d+ \(Rule: ({'|'.join(last_rules)})\)", text[at:])]
+        if ends:
+            return (max(ends) - stamps[0][0]).total_seconds()
+    raise AssertionError("no log of the run")
+
+
+def test_publish_writes_run_json(local_run, tmp_path):
+    """make experiment-publish's run.json: wall time, device, evaluation size, command and
+    per-stage times of the run, from its benchmark files."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    from chorus.run_record import REPORT_STAGES, job_times
+
+    out = tmp_path / "run.json"
+    subprocess.run([sys.executable, "scripts/publish_run.py", str(local_run / "results"), str(out),
+                    "--command", "snakemake --cores 2"], cwd=REPO, check=True)
+    record = json.loads(out.read_text())
+    config = yaml.safe_load((local_run / "config.yaml").read_text())
+    plan = Plan(config)
+    test_tasks = load_manifest(local_run / plan.results / "tasks" / "manifest.json", splits=plan.config["eval"]["splits"],
+                               root=local_run)
+    assert record["tasks"] == len(test_tasks) and record["k"] == plan.config["eval"]["k"]
+    assert record["models"] == len(plan.models()) and record["command"] == "snakemake --cores 2"
+    if shutil.which("nvidia-smi") is None:
+        assert record["device"] == "cpu"
+    # the wall time agrees with the scheduler's log (1 s timestamps; a job's benchmark
+    # starts after its process does, seconds on a loaded machine)
+    assert abs(record["wall_s"] - snakemake_log_span(local_run, REPORT_STAGES)) <= 15
+    jobs = job_times(local_run / "results" / "benchmarks")
+    assert record["jobs"] == len(jobs) == sum(s["jobs"] for s in record["stages"].values())
+    assert {"sft", "rl", "merge", "generate", "score", "plots"} <= set(record["stages"])
+    for name, stage in record["stages"].items():
+        assert stage["longest_s"] <= stage["span_s"] + 0.1 and stage["longest_s"] <= stage["sum_s"] + 0.1, name
+        assert 0 <= stage["first_start_s"] <= stage["last_end_s"] <= record["wall_s"] + 0.1, name
+
+
+def test_prebuild_builds_every_design_of_the_task_set(local_run, tmp_path, monkeypatch):
+    """prebuild: one job builds every design of the manifest into the build cache (a
+    fresh one here, so nothing the run built before counts)."""
+    from chorus.harness.build import build_key
+
+    cache = tmp_path / "verilator"
+    monkeypatch.setenv("CHORUS_CACHE_DIR", str(cache))
+    config = yaml.safe_load((local_run / "config.yaml").read_text())
+    config["prebuild"] = True
+    path = write_config(tmp_path / "prebuild.yaml", config)
+    report = "results/prebuild/designs.json"
+    run_snakemake([report, "--cores", "2", "--directory", str(local_run), "--configfile", str(path)])
+    tasks = load_manifest(local_run / "results" / "tasks" / "manifest.json", root=local_run)
+    designs = {build_key(task) for task in tasks if task.answer_language != "systemverilog"}
+    assert json.loads((local_run / report).read_text())["designs"] == len({t.design_hash() for t in tasks})
+    assert designs and all((cache / key / "BUILD_OK").exists() for key in designs)
+    # the RL experts wait for it
+    proc = run_snakemake(["-n", "--forceall", "--directory", str(local_run), "--configfile", str(path)])
+    rl_blocks = [b for b in re.split(r"\n(?=(?:local)?rule \w+:\n)", proc.stdout) if b.startswith("rule rl:")]
+    assert rl_blocks and all(report in block.split("output:")[0] for block in rl_blocks)

@@ -1,0 +1,82 @@
+"""`make experiment` on one GPU node: the command it runs, and the jobs that command plans
+(profiles/gpu-node: the GPU shared by its memory, the cores by what jobs use; prebuild)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import REPO, run_snakemake
+from test_workflow_dag import job_counts
+
+pytestmark = pytest.mark.slow  # workflow dry-runs
+
+PROFILE = yaml.safe_load((REPO / "profiles" / "gpu-node" / "config.yaml").read_text())
+H100_GIB = 79  # nvidia-smi's memory.total of an H100 80GB HBM3 (81559 MiB), as GPU_MEM_GB takes it
+
+
+def planned_jobs(output: str) -> list[dict]:
+    """rule, input, threads and resources of every job of a dry run's listing."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:\n)", output):
+        head = re.match(r"(?:local)?rule (\w+):\n", block)
+        if head:
+            fields = dict(re.findall(r"^    (\w+): (.*)$", block, re.M))
+            resources = dict(item.split("=", 1) for item in fields.get("resources", "").split(", ") if "=" in item)
+            jobs.append({"rule": head[1], "input": fields.get("input", ""), "threads": int(fields.get("threads", 1)),
+                         "resources": resources, "wildcards": fields.get("wildcards", ""),
+                         "first": fields.get("priority") == "highest"})
+    return jobs
+
+
+def experiment_command() -> list[str]:
+    """The snakemake arguments `make experiment` runs (as `make -n` prints them)."""
+    printed = subprocess.run(["make", "-n", "-o", "setup", "experiment", "GPU_MEM_GB=79"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout
+    line = next(line for line in printed.splitlines() if "snakemake" in line)
+    return line.split()[1:]
+
+
+def test_make_experiment_shares_one_gpu_by_memory(tmp_path):
+    args = experiment_command()
+    assert args[args.index("--profile") + 1] == "profiles/gpu-node" and "gpu_mem_gb=79" in args
+    args = [str(REPO / a) if a.startswith(("config/", "profiles/")) else a for a in args]
+    args[args.index("all")] = "16"  # the lent machine's cores
+    proc = run_snakemake(["-n", "--nolock", "--forceall", *args], cwd=tmp_path)
+    jobs = planned_jobs(proc.stdout + proc.stderr)
+    by_rule = {}
+    for job in jobs:
+        by_rule.setdefault(job["rule"], []).append(job)
+    gpu_mem = {rule: int(values["gpu_mem_gb"]) for rule, values in PROFILE["set-resources"].items()}
+    for rule, memory in gpu_mem.items():
+        for job in by_rule.get(rule, []):
+            assert int(job["resources"]["gpu_mem_gb"]) == memory, (rule, job["resources"])
+            assert job["threads"] == PROFILE["set-threads"][rule], (rule, job["threads"])
+    assert {"sft", "rl", "generate", "merge", "consolidate_sft"} <= set(by_rule) & set(gpu_mem)
+    # on an H100: training alone, two evaluations at once, never an evaluation beside training
+    assert 2 * gpu_mem["generate"] <= H100_GIB < 3 * gpu_mem["generate"]
+    assert gpu_mem["sft"] + gpu_mem["generate"] > H100_GIB and gpu_mem["rl"] + gpu_mem["generate"] > H100_GIB
+    # every design built once, beside SFT, before the first expert
+    assert len(by_rule["prebuild"]) == 1 and by_rule["prebuild"][0]["threads"] == PROFILE["set-threads"]["prebuild"]
+    assert by_rule["preflight"][0]["threads"] == PROFILE["set-threads"]["preflight"] > 8  # SFT waits for it
+    assert all("prebuild/designs.json" in job["input"] for job in by_rule["rl"])
+    # the distilled model's chain goes first; the evaluations fill the GPU around it
+    chain = ["preflight", "prebuild", "sft", "rl", "consolidate_sft"]
+    assert all(job["first"] for rule in chain for job in by_rule[rule])
+    assert all(job["first"] == ("pool=harvest" in job["wildcards"]) for job in by_rule["generate"])
+
+
+def test_the_embedded_default_plans_no_prebuild(tmp_path):
+    """prebuild is off by default: `make run` gets no new job and RL no new input."""
+    from conftest import default_config, write_config
+
+    config = default_config()
+    config["tasks"]["root"] = str(REPO / config["tasks"]["root"])
+    proc = run_snakemake(["-n", "--nolock", "--forceall", "--configfile", str(write_config(tmp_path / "c.yaml", config))],
+                         cwd=tmp_path)
+    counts = job_counts(proc.stdout + proc.stderr)
+    assert "prebuild" not in counts and counts["rl"] >= 1
+    assert all("prebuild" not in job["input"] for job in planned_jobs(proc.stdout + proc.stderr))
