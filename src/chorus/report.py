@@ -145,21 +145,9 @@ def summary_table(
     for row in rows:
         row["pass@1_lo"], row["pass@1_hi"] = bootstrap_interval(per_task[row["model"]].dropna(), **bootstrap)
     if present:
-        # the first expert wins a tie: experts are listed in config order
-        best_expert = max(present, key=lambda e: per_task[e].mean())
         if compared is None:
             compared = [m for m in per_task.columns if m.split("/")[0] in COMPARED_KINDS]
-        for row in rows:
-            if row["model"] not in compared:
-                continue
-            row["best_expert"] = best_expert
-            for name, reference in (("best_expert", best_expert), ("oracle", ORACLE)):
-                pair = per_task[[row["model"], reference]].dropna()
-                model_values, reference_values = pair.iloc[:, 0], pair.iloc[:, 1]
-                row[f"vs_{name}"] = (model_values - reference_values).mean()
-                row[f"vs_{name}_lo"], row[f"vs_{name}_hi"] = paired_bootstrap_interval(
-                    model_values, reference_values, **bootstrap
-                )
+        compare_to_best_expert([row for row in rows if row["model"] in compared], per_task, present, bootstrap)
     columns = [
         "model",
         *[f"pass@{k}" for k in pass_at],
@@ -171,12 +159,27 @@ def summary_table(
         *COMPARISON_COLUMNS,
     ]
     summary = pd.DataFrame(rows).reindex(columns=columns)
-    rounds = round_table(per_sample, bootstrap)
-    for r, at_round in rounds.groupby("round"):
+    for r, at_round in round_table(per_sample, bootstrap).groupby("round"):
         values = at_round.set_index("model")
         summary[f"pass@1_r{r}"] = summary["model"].map(values["pass@1"])
         summary[f"mean_coverage_r{r}"] = summary["model"].map(values["mean_coverage"])
     return summary
+
+
+def compare_to_best_expert(rows: list[dict], per_task: pd.DataFrame, experts: list[str], bootstrap: dict) -> None:
+    """Adds to each row its Pass@1 difference to the best of `experts` (the first wins a
+    tie: experts are listed in config order) and to the oracle row, with paired
+    bootstrap intervals over the tasks both were evaluated on."""
+    best_expert = max(experts, key=lambda e: per_task[e].mean())
+    for row in rows:
+        row["best_expert"] = best_expert
+        for name, reference in (("best_expert", best_expert), ("oracle", ORACLE)):
+            pair = per_task[[row["model"], reference]].dropna()
+            model_values, reference_values = pair.iloc[:, 0], pair.iloc[:, 1]
+            row[f"vs_{name}"] = (model_values - reference_values).mean()
+            row[f"vs_{name}_lo"], row[f"vs_{name}_hi"] = paired_bootstrap_interval(
+                model_values, reference_values, **bootstrap
+            )
 
 
 def complementarity(per_sample: pd.DataFrame, experts: list[str]) -> pd.DataFrame:

@@ -98,10 +98,7 @@ def train_expert(
     work_dir, resume_from = prepare_work_dir(out_dir, resume)
     tokenizer = load_tokenizer(model_in)
     flags = precision_flags(device, bf16=bf16, use_cpu=use_cpu)
-    backend = resolve_rollout_backend(expert.rollout_backend, on_gpu=not flags["use_cpu"],
-                                      deepspeed=bool(deepspeed_config))
-    if backend == "static" and deepspeed_config:
-        raise ValueError("rollout_backend static needs whole weights in each process: not with DeepSpeed")
+    backend = checked_rollout_backend(expert, flags, deepspeed_config)
     args = grpo_config(expert, backend, work_dir, flags, tokenizer, tasks, deepspeed_config, extra_args)
     coverage = CoverageReward(tasks, expert.reward, sim_workers, sim_limits, sim_timeouts)
     dataset = rl_dataset(tasks, min_rows=args.generation_batch_size // expert.num_generations)
@@ -110,15 +107,9 @@ def train_expert(
         episodes = RoundEpisodes(coverage.tasks, prompt_tasks(dataset), expert.rounds, sim_workers, sim_limits,
                                  sim_timeouts)
         rewards = [final_answer_reward(reward) for reward in rewards]
-    trainer = GRPOTrainer(
-        model=load_trainee(model_in, flags),
-        reward_funcs=rewards,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[stage_callback()],
-        rollout_func=episodes,
-    )
+    trainer = GRPOTrainer(model=load_trainee(model_in, flags), reward_funcs=rewards, args=args,
+                          train_dataset=dataset, processing_class=tokenizer, callbacks=[stage_callback()],
+                          rollout_func=episodes)
     timer, decoders = wire_rollouts(trainer, expert, backend, coverage)
     start = time.perf_counter()
     try:
@@ -136,12 +127,7 @@ def train_expert(
         "format_weight": expert.format_weight,
         "runtime_s": runtime,
         **run_breakdown(coverage, timer, runtime),
-        "rollout_backend": backend,
-        # compiled decode steps in effect (a failed compile falls back to uncompiled ones)
-        "rollout_compile": bool(decoders) and all(decoder.compiled for decoder in decoders.values()),
-        "rollout_slots": expert.rollout_slots if backend == "static" else None,
-        "rounds": expert.rounds or 1,
-        "round_episodes": episodes.episodes if episodes is not None else None,
+        **rollout_record(expert, backend, decoders, episodes),
         "rewards_per_step": reward_log(trainer.state.log_history),
         "reward_calls": coverage.calls,
         "log_history": trainer.state.log_history,
@@ -152,6 +138,27 @@ def train_expert(
     }
     finalize(trainer, out_dir, work_dir, "rl_metrics.json", metrics)
     return metrics
+
+
+def checked_rollout_backend(expert: GRPOExpert, flags: dict, deepspeed_config: str | None) -> str:
+    """The rollout backend `expert` gets on this device (chorus.rollouts)."""
+    backend = resolve_rollout_backend(expert.rollout_backend, on_gpu=not flags["use_cpu"],
+                                      deepspeed=bool(deepspeed_config))
+    if backend == "static" and deepspeed_config:
+        raise ValueError("rollout_backend static needs whole weights in each process: not with DeepSpeed")
+    return backend
+
+
+def rollout_record(expert: GRPOExpert, backend: str, decoders: dict, episodes) -> dict:
+    """How the run's rollouts were made, for its metrics."""
+    return {
+        "rollout_backend": backend,
+        # compiled decode steps in effect (a failed compile falls back to uncompiled ones)
+        "rollout_compile": bool(decoders) and all(decoder.compiled for decoder in decoders.values()),
+        "rollout_slots": expert.rollout_slots if backend == "static" else None,
+        "rounds": expert.rounds or 1,
+        "round_episodes": episodes.episodes if episodes is not None else None,
+    }
 
 
 def wire_rollouts(trainer, expert: GRPOExpert, backend: str, coverage: CoverageReward):
