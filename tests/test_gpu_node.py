@@ -69,6 +69,18 @@ def test_make_experiment_shares_one_gpu_by_memory(tmp_path):
     assert all(job["first"] == ("pool=harvest" in job["wildcards"]) for job in by_rule["generate"])
 
 
+def test_every_gpu_rule_states_its_gpu_memory():
+    """A GPU rule the profile does not size would take no share of the GPU and could run
+    beside training (eval.rounds' generate_round, planned only when rounds > 1)."""
+    gpu_rules = set()
+    for path in (REPO / "rules").glob("*.smk"):
+        for rule, body in re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", path.read_text(), re.M | re.S):
+            if re.search(r'PLAN\.resources\("(gpu_job|rl_job)"\)', body):
+                gpu_rules.add(rule)
+    assert {"sft", "rl", "generate", "generate_round", "merge"} <= gpu_rules
+    assert gpu_rules <= set(PROFILE["set-resources"]) and gpu_rules <= set(PROFILE["set-threads"])
+
+
 def test_the_embedded_default_plans_no_prebuild(tmp_path):
     """prebuild is off by default: `make run` gets no new job and RL no new input."""
     from conftest import default_config, write_config
