@@ -128,12 +128,15 @@ run() {
   echo "run: workflow and publish ran" > "$WORK/finished"
 }
 
-# at most 64 MiB back: what publish wrote, the run's records (logs, job benchmark files,
-# metrics, report pages, plots, tables, the scheduler's log), then the samples and scores
-# while they fit
+# at most 64 MiB back in at most 8 files of 16 MiB (../shared/reference/device.md): the
+# logs, what publish wrote, the run's records (logs, job benchmark files, metrics, report
+# pages, plots, tables, the scheduler's log), then the samples and scores while they fit;
+# an archive over 15 MiB comes in parts (`cat NAME.part* > NAME` here)
 copy_out() {
   local published=docs/results/$EXPERIMENT
-  cp "$WORK"/*.log "$WORK"/*.status "$OUT"/ 2>/dev/null
+  rm -f "$OUT"/*
+  (cd "$WORK" && ls *.log *.status 2>/dev/null) > "$WORK/logs.list"
+  tar -czf "$OUT/logs.tar.gz" -C "$WORK" -T "$WORK/logs.list"
   [ -d "$published" ] && tar -czf "$OUT/published.tar.gz" "$published"
   if [ -d "$RESULTS" ]; then
     find "$RESULTS" .snakemake/log \( -path "$RESULTS/synth" -o -path "$RESULTS/tasks" \) -prune -o -type f \
@@ -142,10 +145,19 @@ copy_out() {
     tar -czf "$OUT/records.tar.gz" -T "$WORK/records.list"
     find "$RESULTS/eval" "$RESULTS/harvest" -name '*.jsonl' -print > "$WORK/samples.list" 2>/dev/null
     tar -czf "$OUT/samples.tar.gz" -T "$WORK/samples.list"
-    (($(du -cm "$OUT"/* | tail -1 | cut -f1) > 60)) && rm "$OUT/samples.tar.gz"
+    in_parts "$OUT/records.tar.gz"
+    in_parts "$OUT/samples.tar.gz"
+    # the samples go first when the whole is over 60 MiB or 8 files
+    if (($(du -cm "$OUT"/* | tail -1 | cut -f1) > 60 || $(ls "$OUT" | wc -l) > 8)); then rm -f "$OUT"/samples.tar.gz*; fi
   fi
   du -sh "$OUT"/*
   return 0
+}
+
+# FILE in parts of 15 MiB (FILE.part_aa, ...) when it is larger than that
+in_parts() {
+  [ -f "$1" ] && (($(stat -c %s "$1") > 15 * 1024 * 1024)) || return 0
+  split -b 15M "$1" "$1.part_" && rm "$1"
 }
 
 follow() {
