@@ -219,3 +219,20 @@ def test_the_episode_reward_is_the_last_answers(task, cache):
         assert reward([reference], task_id=[task.id]) == [1.0]  # one-round episodes: the completion itself
     finally:
         coverage.close()
+
+
+def test_an_episode_that_passed_early_is_not_simulated_again_for_its_reward(task, cache):
+    """RoundEpisodes simulates answers in the coverage reward's sandboxes: the reward
+    call takes the result of an answer the episode already simulated."""
+    from chorus.reward import CoverageReward
+    from chorus.rollouts import RoundEpisodes
+
+    coverage = CoverageReward({task.id: task}, "dense", workers=2)
+    try:
+        reference = format_completion(task.reference_stimulus.read_text())
+        (result,) = RoundEpisodes(coverage, {}, rounds=2)._score([(task.id, reference)])
+        assert result.passed  # the episode ends after this round
+        assert coverage([reference], task_id=[task.id]) == [result.score]
+        assert coverage.calls[-1]["started_early"] == 1  # taken, not simulated again
+    finally:
+        coverage.close()

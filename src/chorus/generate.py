@@ -73,8 +73,10 @@ def sample_completions(
     journal = Journal(journal_path(out_jsonl), _sample_key)
     resumed = len(journal.done)
     wanted = list(conversations) if conversations is not None else [(t.id, i) for t in tasks for i in range(k)]
-    todo = {t.id: [i for task_id, i in wanted if task_id == t.id and (task_id, i) not in journal.done] for t in tasks}
-    todo = {task_id: ids for task_id, ids in todo.items() if ids}
+    todo: dict[str, list[int]] = {}
+    for task_id, sample_id in wanted:
+        if (task_id, sample_id) not in journal.done:
+            todo.setdefault(task_id, []).append(sample_id)
     start, new_tokens = time.perf_counter(), 0
     sampler = resolve_sampler(sampler, device)
     if todo:

@@ -92,12 +92,15 @@ class CoverageReward:
         stimulus = extract_stimulus(text)
         return self._pool.submit(score, self.tasks[task_id], stimulus, limits=self.limits, timeouts=self.timeouts)
 
-    def start(self, task_id: str, completion) -> None:
-        """Begin simulating `completion` of task `task_id` now, ahead of the reward call."""
+    def start(self, task_id: str, completion) -> Future | None:
+        """Begin simulating `completion` of task `task_id` now, ahead of the reward call;
+        its SimResult to come (None for a task this reward does not know). The reward call
+        takes the result instead of simulating the completion again."""
         key = (task_id, completion_text(completion))
         if task_id in self.tasks and key not in self._started:
             self._started_at = self._started_at or time.perf_counter()
             self._started[key] = self._simulate(*key)
+        return self._started.get(key)
 
     def __call__(self, completions, task_id, log_metric=None, trainer_state=None, **kwargs) -> list[float]:
         start = time.perf_counter()

@@ -104,8 +104,7 @@ def train_expert(
     dataset = rl_dataset(tasks, min_rows=args.generation_batch_size // expert.num_generations)
     rewards, episodes = [coverage, format_reward], None
     if (expert.rounds or 1) > 1:  # multi-round episodes, rewarded on their last answer
-        episodes = RoundEpisodes(coverage.tasks, prompt_tasks(dataset), expert.rounds, sim_workers, sim_limits,
-                                 sim_timeouts)
+        episodes = RoundEpisodes(coverage, prompt_tasks(dataset), expert.rounds)
         rewards = [final_answer_reward(reward) for reward in rewards]
     trainer = GRPOTrainer(model=load_trainee(model_in, flags), reward_funcs=rewards, args=args,
                           train_dataset=dataset, processing_class=tokenizer, callbacks=[stage_callback()],

@@ -195,13 +195,15 @@ class RoundEpisodes:
     TRL's own tool loop masks tool output), and the reward is the last answer's: the
     reward functions, wrapped by `final_answer_reward`, read the `final_answer` column.
     Generation goes through the trainer's `_generate_single_turn` like TRL's tool loop
-    (so rollout_backend, the static decoder and RolloutTimer apply to every round).
+    (so rollout_backend, the static decoder and RolloutTimer apply to every round). An
+    answer is simulated by the coverage reward's sandboxes (`CoverageReward.start`), so
+    the reward call takes the result of an episode that ended early instead of
+    simulating its last answer again.
     `episodes`: per rollout call, the rounds each episode used and its feedback tokens."""
 
-    def __init__(self, tasks: dict[str, Task], prompt_task: dict[str, str], rounds: int, workers: int | None = None,
-                 limits=None, timeouts=None):
-        self.tasks, self.prompt_task, self.rounds = tasks, prompt_task, rounds
-        self.workers, self.limits, self.timeouts = workers, limits, timeouts
+    def __init__(self, coverage: CoverageReward, prompt_task: dict[str, str], rounds: int):
+        self.coverage, self.prompt_task, self.rounds = coverage, prompt_task, rounds
+        self.tasks: dict[str, Task] = coverage.tasks
         self.episodes: list[dict] = []
 
     def __call__(self, prompts: list, trainer) -> dict:
@@ -269,11 +271,9 @@ class RoundEpisodes:
         raise ValueError("the chat template does not render a conversation as an extension of its start")
 
     def _score(self, items: list[tuple[str, str]]):
-        from chorus.harness import score_many
-        from chorus.prompts import extract_answer
-
-        return score_many([(self.tasks[t], extract_answer(text, self.tasks[t].answer_language)) for t, text in items],
-                          workers=self.workers, limits=self.limits, timeouts=self.timeouts)
+        """The SimResults of (task id, answer) items, simulated by the coverage reward."""
+        started = [self.coverage.start(task_id, answer) for task_id, answer in items]
+        return [future.result() for future in started]
 
 
 def final_answer_reward(reward):
