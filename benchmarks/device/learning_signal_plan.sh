@@ -11,7 +11,8 @@
 # $OUT/records.tar.gz (and the report beside it) before they return. The run: the SFT designs' programs verified, then the build
 # phase (every other design built, its programs scored) on the CPUs beside SFT and its
 # evaluation on the GPU, then the dense expert and
-# its evaluation, then the binary-reward ablation and its evaluation. Phases resume, so
+# its evaluation, then the SFT model's coverage-closure rounds (benchmarks/feedback_rounds.py),
+# then the binary-reward ablation and its evaluation. Phases resume, so
 # `start` again after a cut run goes on where it stopped.
 set -uo pipefail
 WORK=/root/ls
@@ -33,13 +34,16 @@ run() {
   "${ls[@]}" --phases sft eval_sft > "$WORK/sft.log" 2>&1
   wait "$build"
   "${ls[@]}" --phases rl eval_rl > "$WORK/rl.log" 2>&1
+  # issue 29's measure on the SFT model: Pass@1 after 1..3 coverage-closure rounds
+  python3 benchmarks/feedback_rounds.py --model "$WORK/sft_model" --tasks results/smollm2_h200/tasks/manifest.json \
+    --work "$WORK/rounds" --out "$WORK/feedback_rounds.json" > "$WORK/rounds.log" 2>&1
   "${ls[@]}" --phases rl_binary eval_rl_binary > "$WORK/rl_binary.log" 2>&1
   echo "run: every phase ran" > "$WORK/finished"
 }
 
 # one archive: the device returns only a few files per call
 copy_out() {
-  (cd "$WORK" && for f in *.json *.log gen_*.jsonl scores_*.jsonl */rl_metrics.json */train_metrics.json; do
+  (cd "$WORK" && for f in *.json *.log gen_*.jsonl scores_*.jsonl */rl_metrics.json */train_metrics.json rounds/*; do
     [ -f "$f" ] && echo "$f"; done) > "$WORK/.records"
   tar -czf "$OUT/records.tar.gz" -C "$WORK" -T "$WORK/.records" 2>/dev/null
   cp "$WORK"/learning_signal.json "$OUT"/ 2>/dev/null
