@@ -100,7 +100,7 @@ rule report_tables:
         **PLAN.resources("light_job"),
     params:
         experts=PLAN.expert_ids,
-        k=config["eval"]["k"],
+        k=PLAN.pool("eval")["k"],
         models=[m.id for m in PLAN.models()],
         benchmarks=f"{RESULTS}/benchmarks",
     script:

@@ -255,12 +255,12 @@ def train_expert_job(
     the expert's GRPO settings (its `expert` params, GRPOExpert's fields), its tasks from
     the manifest (the expert's `splits`, and `difficulties` when given) and the sandbox
     of config `simulation`. The job's CPUs are shared by the ranks' reward sandboxes."""
-    settings = GRPOExpert.from_job(expert)
-    tasks = load_manifest(manifest, splits=settings.splits)
-    if settings.difficulties:
-        tasks = [t for t in tasks if t.difficulty in settings.difficulties]
+    expert = GRPOExpert.from_job(expert)
+    tasks = load_manifest(manifest, splits=expert.splits)
+    if expert.difficulties:
+        tasks = [t for t in tasks if t.difficulty in expert.difficulties]
     ranks = int(os.environ.get("WORLD_SIZE", "1"))
     sim_limits, sim_timeouts = sandbox_settings(simulation)
-    return train_expert(model_in, tasks, out_dir, settings, sim_workers=max(1, job_cpus // ranks),
+    return train_expert(model_in, tasks, out_dir, expert, sim_workers=max(1, job_cpus // ranks),
                         sim_limits=sim_limits, sim_timeouts=sim_timeouts, device=device,
                         deepspeed_config=deepspeed_config)

@@ -20,21 +20,15 @@ import tempfile
 from pathlib import Path
 
 from chorus.harness.coverage import coverage_universe
+from chorus.harness.replay import DRIVER_NAME, DRIVER_SOURCE, PORTS_HEADER, TRACE_VERSION, input_ports, ports_header
 from chorus.harness.toolchain import setup_verilator_env, verilator_version
+from chorus.harness.verdict import BuildError
 from chorus.tasks import Task
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BASE_FLAGS = ("--coverage", "-Wno-fatal", "-Wno-lint", "-Wno-style")
 # Hierarchy-merged coverage and SV `cover property` points need these extra flags.
 USER_FLAGS = ("--coverage-user", "--assert")
-
-
-class BuildError(RuntimeError):
-    """The design did not compile; `log` holds the tail of the compiler output."""
-
-    def __init__(self, message: str, log: str = ""):
-        super().__init__(message)
-        self.log = log
 
 
 # system functions whose values do not follow from the design's inputs: the replay
@@ -66,8 +60,6 @@ def build_flags(task: Task) -> tuple[str, ...]:
 
 def build_key(task: Task) -> str:
     digest = hashlib.sha256()
-    from chorus.harness.replay import DRIVER_SOURCE
-
     # the driver is part of the simulator: a changed driver is a new build
     driver = hashlib.sha256(DRIVER_SOURCE.read_bytes()).hexdigest()
     for part in (task.design_hash(), verilator_version(), driver, *build_flags(task)):
@@ -181,8 +173,6 @@ def load_points_manifest(build_dir: Path) -> dict[str, list[str]] | None:
 def _write_points_manifest(task: Task, build_dir: Path) -> None:
     """Replay an empty trace (our code only, no candidate) once and record every point
     the design declares: the fixed denominators of the coverage fractions."""
-    from chorus.harness.replay import TRACE_VERSION
-
     with tempfile.TemporaryDirectory(prefix=".points.", dir=build_dir.parent) as tmp:
         trace, dat = Path(tmp) / "empty.trace", Path(tmp) / "coverage.dat"
         trace.write_text(f"chorus-inputs {TRACE_VERSION} {len(load_input_ports(build_dir))}\nend\n")
@@ -219,8 +209,6 @@ def _run_build(task: Task, build_dir: Path, log_path: Path) -> None:
     (harness/driver.cpp: records the inputs in Run 1, replays them in Run 2) and its
     per-design port table generated from the model's header."""
     import cocotb_tools.config
-
-    from chorus.harness.replay import DRIVER_NAME, DRIVER_SOURCE, PORTS_HEADER, input_ports, ports_header
 
     env = setup_verilator_env(dict(os.environ))
     use_compiler_cache()

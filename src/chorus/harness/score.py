@@ -12,7 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from chorus.harness.build import BuildError, ensure_build, load_points_manifest
+from chorus.harness.build import ensure_build, load_points_manifest
 from chorus.harness.cocotb_run import SandboxResult, run_candidate
 from chorus.harness.replay import judge_trace
 from chorus.harness.sandbox import SandboxLimits
@@ -20,6 +20,7 @@ from chorus.harness.svtb import ensure_sv_build, score_testbench
 from chorus.harness.timeouts import TimeoutPolicy, task_limits
 from chorus.harness.verdict import (  # noqa: F401  (SimResult, STATUSES: the harness's API)
     STATUSES,
+    BuildError,
     SimResult,
     coverage_verdict,
     dense_score,

@@ -48,7 +48,6 @@ from pathlib import Path
 
 from chorus.harness.build import (
     PORTS_MANIFEST,
-    BuildError,
     _atomic_write,
     _locked,
     _make_world_readable,
@@ -71,7 +70,7 @@ from chorus.harness.replay import (
 )
 from chorus.harness.sandbox import SandboxLimits, _read_output, confined_workdir, run_confined
 from chorus.harness.toolchain import setup_verilator_env, verilator_root, verilator_version
-from chorus.harness.verdict import SimResult, failed, points_for
+from chorus.harness.verdict import BuildError, SimResult, failed, points_for
 from chorus.tasks import Task
 
 # the flags every SystemVerilog build (the design's and each candidate's) shares: the

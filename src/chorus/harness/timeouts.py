@@ -41,21 +41,23 @@ class TimeoutPolicy:
     def from_config(cls, simulation: dict) -> TimeoutPolicy | None:
         """The policy of config `simulation` (`timeout_factor`, `timeout_floor_s`); None when
         `timeout_factor` is null or 0 (every task gets `timeout_s`)."""
-        factor = simulation.get("timeout_factor", cls.factor)
+        factor = simulation["timeout_factor"]
         if not factor:
             return None
-        return cls(factor=float(factor), floor_s=float(simulation.get("timeout_floor_s", cls.floor_s)))
+        return cls(factor=float(factor), floor_s=float(simulation["timeout_floor_s"]))
 
 
 def sandbox_settings(simulation: dict) -> tuple[SandboxLimits, TimeoutPolicy | None]:
-    """The sandbox limits and per-task timeout policy of config `simulation`: the one
-    place the scoring jobs, the RL reward and the preflight turn it into settings, so the
-    same candidate scores the same everywhere."""
+    """The sandbox limits and per-task timeout policy of config `simulation` (a job's
+    `simulation` settings: chorus.plan.Plan.simulation with `nice`, plan.job_settings):
+    the one place the scoring jobs, the RL reward and the preflight turn it into settings,
+    so the same candidate scores the same everywhere. Each key keeps its schema name, and
+    a missing one fails rather than taking a default the config did not set."""
     limits = SandboxLimits(
         timeout_s=simulation["timeout_s"],
         mem_mb=simulation["mem_mb"],
-        build_timeout_s=simulation.get("build_timeout_s", SandboxLimits.build_timeout_s),
-        nice=simulation.get("nice", SandboxLimits.nice),
+        build_timeout_s=simulation["build_timeout_s"],
+        nice=simulation["nice"],
     )
     return limits, TimeoutPolicy.from_config(simulation)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from chorus.harness.build import BuildError
 from chorus.harness.coverage import coverage_fractions, exclude_points
 from chorus.tasks import AVERAGE, Task
 
@@ -25,6 +24,15 @@ STATUSES = (
 )
 # statuses of a run that ended normally: the only ones whose coverage earns reward
 SCORED_STATUSES = ("ok", "below_target")
+
+
+class BuildError(RuntimeError):
+    """The design did not compile, or cannot be scored (status "build_error"); `log` holds
+    the tail of the compiler output."""
+
+    def __init__(self, message: str, log: str = ""):
+        super().__init__(message)
+        self.log = log
 
 
 @dataclass
