@@ -573,3 +573,26 @@ def test_rl_loop_benchmark_smoke(tmp_path):
     assert runs["static_slots2"] == earlier and "--sim-nice 3" in runs["static_nice3"]["command"]
     assert result["details"]["generate"]["continuous"]["tokens_per_s"] > 0
     assert result["details"]["generate"]["generate"]["tokens_per_s"] > 0
+
+
+def test_static_decoder_prefills_long_batches_in_groups(base, monkeypatch):
+    """A batch of more prompt tokens than one prefill takes (PREFILL_TOKENS) is prefilled in
+    groups, none over the bound, each row's keys copied into its slot: every row gets the
+    tokens of the one-prefill run (greedy), with and without refilled slots."""
+    from chorus.generate import StaticDecoder
+
+    model, tokenizer, inputs, _ = static_decoder_on_prompts(base, TRAIN[:5])
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    run = dict(max_new_tokens=24, temperature=0, pad_id=tokenizer.pad_token_id)
+    expected, expected_lengths = StaticDecoder(model).generate(ids, mask, **run)
+    grouped = StaticDecoder(model)
+    grouped.PREFILL_TOKENS = 2 * ids.shape[1]  # two rows a prefill
+    prefills = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda *a, **kw: (kw["input_ids"].shape[1] > 1 and prefills.append(
+        kw["input_ids"].shape[0])) or forward(*a, **kw))
+    for slots in (None, 3):
+        prefills.clear()
+        tokens, lengths = grouped.generate(ids, mask, **run, slots=slots)
+        assert tokens.tolist() == expected.tolist() and lengths.tolist() == expected_lengths.tolist()
+        assert prefills and max(prefills) <= 2 and sum(prefills) == 5

@@ -328,6 +328,9 @@ class StaticDecoder:
     KV_BLOCK = 256
     CHECK_EVERY = 16  # steps between the host's looks at finished rows (one sync each)
     COMPACT_MIN_ROWS = 16  # smaller batches are not worth compacting
+    # prompt tokens a prefill forward takes at most: 512 rows of a 1,300-token conversation
+    # in one prefill ran out of an H100's memory (its attention scores alone 14 GiB)
+    PREFILL_TOKENS = 2**17
 
     def __init__(self, model, use_graph: bool | None = None, kv_block: int | None = KV_BLOCK, compact: bool = True,
                  compile: bool = False):
@@ -609,10 +612,9 @@ class _DecodeRun:
 
     def admit(self, free: list[int], callers: list[int]) -> None:
         """Prefill the callers' rows into the free slots: the first rows (every slot free,
-        the cache still empty) straight into the cache, later ones on their own, their keys
-        then copied into their slots."""
-        from transformers import StaticCache
-
+        the cache still empty, few enough for one prefill) straight into the cache, others
+        in groups of at most PREFILL_TOKENS prompt tokens, their keys then copied into
+        their slots."""
         torch, state, decoder, cache = self.torch, self.state, self.decoder, self.cache
         max_new_tokens, capacity = self.max_new_tokens, self.capacity
         mask = self.attention_mask[callers]
@@ -620,16 +622,17 @@ class _DecodeRun:
         ids, mask = (t[:, self.prompt_len - own_len:].to(self.device) for t in (self.input_ids[callers], mask))
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
         at = torch.tensor(free, device=self.device)
-        if not cache.layers[0].is_initialized:  # the first rows, one per slot: straight into the cache
+        group = max(1, decoder.PREFILL_TOKENS // own_len)
+        if not cache.layers[0].is_initialized and len(free) <= group:  # straight into the cache
             logits = decoder._forward(cache, input_ids=ids, attention_mask=mask, position_ids=positions)
             for layer in cache.layers:
                 decoder._write_per_row(layer, state)
         else:
-            filled = StaticCache(config=decoder.model.config, max_cache_len=own_len)
-            logits = decoder._forward(filled, input_ids=ids, attention_mask=mask, position_ids=positions)
-            for layer, new in zip(cache.layers, filled.layers):
-                layer.keys[:, :, :own_len].index_copy_(0, at, new.keys)
-                layer.values[:, :, :own_len].index_copy_(0, at, new.values)
+            if not cache.layers[0].is_initialized:
+                self.initialize_cache()
+            logits = torch.cat([self.prefill_copied(ids[i : i + group], mask[i : i + group],
+                                                    positions[i : i + group], at[i : i + group])
+                                for i in range(0, len(free), group)])
         drawn = draw_tokens(logits, self.temperature, self.top_p)
         if self.temperature > 0 and state.noise is None:
             state.noise = torch.empty((self.width, logits.shape[-1]), device=self.device)  # drawn before each step
@@ -649,6 +652,30 @@ class _DecodeRun:
             self.slot_row[slot] = caller
             self.ends_by[slot] = self.steps + max_new_tokens - 1
             self.write_offset[slot] = own_len - self.steps
+
+    def initialize_cache(self) -> None:
+        """The cache's tensors for every slot before any prefill writes into it, each layer
+        then writing a decode step's keys at its rows' own positions."""
+        config, model = self.decoder.model.config, self.decoder.model
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.cache.early_initialization(self.width, config.num_key_value_heads, head_dim,
+                                        next(model.parameters()).dtype, self.device)
+        for layer in self.cache.layers:
+            self.decoder._write_per_row(layer, self.state)
+
+    def prefill_copied(self, ids, mask, positions, at):
+        """The last position's logits of rows prefilled into a cache of their own, whose keys
+        and values are then copied into the slots `at` (a prefill's attention grows with
+        rows x prompt length squared: a long conversation at a wide batch would not fit)."""
+        from transformers import StaticCache
+
+        own_len = ids.shape[1]
+        filled = StaticCache(config=self.decoder.model.config, max_cache_len=own_len)
+        logits = self.decoder._forward(filled, input_ids=ids, attention_mask=mask, position_ids=positions)
+        for layer, new in zip(self.cache.layers, filled.layers):
+            layer.keys[:, :, :own_len].index_copy_(0, at, new.keys)
+            layer.values[:, :, :own_len].index_copy_(0, at, new.values)
+        return logits
 
     def harvest(self) -> None:
         """The ended rows' tokens to `out` (and on_finished); their slots become free."""
