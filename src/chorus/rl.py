@@ -201,6 +201,7 @@ def grpo_config(expert: GRPOExpert, backend: str, work_dir: Path, flags: dict, t
         learning_rate=expert.lr,
         beta=expert.beta,
         temperature=expert.temperature,
+        top_p=expert.top_p,
         num_generations=expert.num_generations,
         max_completion_length=expert.max_completion_length,
         per_device_train_batch_size=batch,

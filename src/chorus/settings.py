@@ -98,6 +98,7 @@ class GRPOExpert:
     rounds: int | None = None  # coverage-closure rounds per episode (None: one)
     epochs: float = 1.0
     grad_accum: int = 1
+    top_p: float = 1.0  # rollouts' nucleus (TRL's default: none)
     gradient_checkpointing: bool = False
     early_rewards: bool = True
     rollout_compile: bool = False
