@@ -27,6 +27,7 @@ benchmarks/results/soak.json (soak_systemverilog.json).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import dataclasses
 import json
 import os
@@ -45,7 +46,14 @@ from typing import NamedTuple
 
 from chorus.harness import SandboxLimits
 from chorus.cvdp import convert_cvdp_jsonl
-from chorus.harness.sandbox import RUN_PREFIX, SANDBOX_UID_BASE, SLOT_COUNT, TRASH_DIR, processes_of_uid
+from chorus.harness.sandbox import (
+    RUN_PREFIX,
+    SANDBOX_UID_BASE,
+    SLOT_COUNT,
+    SLOT_DIR,
+    TRASH_DIR,
+    processes_of_uid,
+)
 from chorus.harness.score import default_workers, score_generations
 from chorus.prompts import FENCE_TAGS, extract_answer
 from chorus.tasks import Task, load_task, load_tasks
@@ -264,6 +272,23 @@ def sandbox_processes() -> list[int]:
     return [pid for uid in range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + SLOT_COUNT) for pid in processes_of_uid(uid)]
 
 
+def held(path: Path) -> bool:
+    """Whether a live scorer holds the flock of `path` (a candidate's folder or the lock
+    file of a sandbox uid's slot): what it holds is in use, not left behind."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:  # gone
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def candidate_folders() -> set[Path]:
     """Candidates' folders on this host right now, in both places the sandbox puts them
     (the temp folder; as root CHORUS_SANDBOX_DIR or /run/chorus-sandbox), and in their
@@ -291,14 +316,19 @@ def still_there(probe: Callable[[], Iterable], grace_s: float) -> list:
 def leftover_sandbox_processes(grace_s: float = 10.0) -> list[int]:
     """Sandbox processes that outlived their candidate. The scorer kills a candidate's
     processes before it returns its result, so a finished run leaves none; the grace
-    period only lets candidates of someone else's concurrent run on this host end."""
-    return still_there(sandbox_processes, grace_s)
+    period only lets candidates end whose uid's slot is free. A process whose slot a live
+    scorer holds (someone else's concurrent run on this host) is not counted."""
+    def orphans() -> list[int]:
+        return [pid for slot in range(SLOT_COUNT) if not held(SLOT_DIR / f"{slot}.lock")
+                for pid in processes_of_uid(SANDBOX_UID_BASE + slot)]
+    return still_there(orphans, grace_s)
 
 
 def leftover_candidate_folders(before: set[Path], grace_s: float = 10.0) -> list[Path]:
-    """Candidate folders made since `before` was taken that outlive the run (the grace
-    lets the trash's background removal and someone else's concurrent run finish)."""
-    return still_there(lambda: candidate_folders() - before, grace_s)
+    """Candidate folders made since `before` was taken that outlive the run, their scorer
+    gone (the grace lets the trash's background removal finish; a folder a live scorer
+    holds, someone else's concurrent run, is not counted)."""
+    return still_there(lambda: {f for f in candidate_folders() - before if not held(f)}, grace_s)
 
 
 def _status_kb(field: str) -> int | None:
