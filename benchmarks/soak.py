@@ -27,8 +27,8 @@ benchmarks/results/soak.json (soak_systemverilog.json).
 from __future__ import annotations
 
 import argparse
-import fcntl
 import dataclasses
+import fcntl
 import json
 import os
 import platform
@@ -39,9 +39,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from datetime import date
 from pathlib import Path
-from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from chorus.harness import SandboxLimits
@@ -137,7 +137,8 @@ COUNTER_GOOD_BODY = """    @(posedge clk); rst = 0; en = 1;
 TRIVIAL_BODY = "    #20 $finish;\n"  # the inputs as they start: reset held, no vector
 
 
-def sv_testbench(body: str = "", extra: str = "", instance_line: tuple[str, str] | None = None) -> Callable[[Task], str]:
+def sv_testbench(body: str = "", extra: str = "",
+                 instance_line: tuple[str, str] | None = None) -> Callable[[Task], str]:
     """A kind's testbench for any SV soak task: SV_TESTBENCHES filled in, and
     `instance_line` (old, new) edited into the design's instance line."""
     def write(task: Task) -> str:
@@ -187,7 +188,8 @@ SV_KINDS: dict[str, Kind] = {
 def sv_soak_tasks(folder: Path) -> list[Task]:
     """fx_counter as a testbench task (instance `uut`, its shipped target) and CVDP's
     example row (converted into `folder`), each with a good and a trivial testbench
-    file (written into `folder`; the CVDP row's good one is its own solution)."""
+    file (written into `folder`; the CVDP row's good one is its own solution, fx_counter's
+    COUNTER_GOOD_BODY)."""
     folder.mkdir(parents=True, exist_ok=True)
     counter = dataclasses.replace(load_task(FIXTURE_TASK), answer_language="systemverilog", instance="uut",
                                   testbench_file="verif/soak_tb.sv", reference_stimulus=None,
