@@ -167,9 +167,10 @@ SV_KINDS: dict[str, Kind] = {
                            "timeout"),
     "output_flood": Kind(0.04, sv_testbench('    forever $display("%s%s%s%s", line, line, line, line);\n',
                                             '  string line = {1024{"x"}};\n'), "output_limit"),
-    # 1 GiB elements: the second one is past the 2 GiB address space at once, whatever the
-    # load (int elements grow to the limit in small steps: memory, timeout, or an abort
-    # with an empty log, as the machine's speed decides)
+    # 1 GiB elements: the second one is past the 2 GiB address space at once (int
+    # elements grow to the limit in small steps: memory, timeout, or an abort with an
+    # empty log, as the machine's speed decides; 2 GiB ones do not link). Zeroing the
+    # first still takes time: on a starved machine it can outlast a 5 s limit (timeout)
     "huge_array": Kind(0.04, sv_testbench("    big = new[4];\n    big[3][5] = 1;\n    #10 $finish;\n",
                                           GIANT + "  giant_t big[];\n"), "memory"),
     "queue_growth": Kind(0.03, sv_testbench("    forever grow.push_back(blob);\n",
