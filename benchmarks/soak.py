@@ -4,7 +4,7 @@ result row per sample appended to a `.partial` sidecar, the table written at the
 
   python benchmarks/soak.py                      # 2,000 candidates, ~12 min on 2 cores
   python benchmarks/soak.py --candidates 200     # a quick look
-  python benchmarks/soak.py --language systemverilog   # testbench answers (CVDP style)
+  python benchmarks/soak.py --language systemverilog   # testbench answers (CVDP style), ~65 min
 
 cocotb (the default): the mix is deterministic (seeded) over eight ECov tasks and the test
 fixture fx_counter: reference stimuli (must pass), trivial stimuli (below target), syntax
