@@ -405,13 +405,15 @@ def test_one_rollout_batch_serves_several_steps(base, tmp_path):
     the step's completions, sampled and simulated in one go; the batch needs two prompts
     and there is one task: it is drawn twice (TRL would otherwise train no step at all).
     The rollouts' decode steps run compiled (rollout_compile: CPU inductor here), 3 rows at
-    a time (rollout_slots: the fourth takes the first slot that frees)."""
+    a time (rollout_slots: the fourth takes the first slot that frees), sampled at the
+    expert's temperature and top_p."""
     tasks = [t for t in TRAIN if t.difficulty == "easy"][:1]
     expert = GRPOExpert(steps=2, num_generations=2, batch_size=2, steps_per_generation=2, max_completion_length=8,
-                        rollout_backend="static", rollout_compile=True, rollout_slots=3)
+                        rollout_backend="static", rollout_compile=True, rollout_slots=3, temperature=0.7, top_p=0.8)
     metrics = train_expert(base, tasks, tmp_path / "expert", expert, sim_workers=2, use_cpu=True,
                            sim_timeouts=TimeoutPolicy())
     assert metrics["steps"] == 2 and metrics["rollout_compile"] is True and metrics["rollout_slots"] == 3
+    assert metrics["sampling"] == {"temperature": 0.7, "top_p": 0.8, "max_completion_length": 8}
     assert [call["n"] for call in metrics["reward_calls"]] == [4]
     assert metrics["breakdown"]["rollouts"] == 4
 

@@ -127,6 +127,8 @@ def train_expert(
         "runtime_s": runtime,
         **run_breakdown(coverage, timer, runtime),
         **rollout_record(expert, backend, decoders, episodes),
+        # as the trainer sampled its rollouts (the rollout hooks read the same fields)
+        "sampling": {k: getattr(trainer.args, k) for k in ("temperature", "top_p", "max_completion_length")},
         "rewards_per_step": reward_log(trainer.state.log_history),
         "reward_calls": coverage.calls,
         "log_history": trainer.state.log_history,
