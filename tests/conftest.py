@@ -103,11 +103,25 @@ def e2e_config(workdir: Path) -> Path:
     return write_config(workdir / "config.yaml", config)
 
 
+# The local run is the embedded default made smaller where no test needs more: a quarter of
+# its synthetic designs (tests/test_synth.py verifies every family) and two of its five merges
+# (tests/test_ml.py runs every merge method). Its every stage still runs.
+LOCAL_RUN_SYNTH = {"train_designs": 4, "test_designs": 2}
+LOCAL_RUN_MERGES = ("linear", "task_arithmetic")
+
+
+def local_run_config(workdir: Path) -> Path:
+    config = yaml.safe_load(e2e_config(workdir).read_text())
+    config["synth"].update(LOCAL_RUN_SYNTH)
+    config["merge"]["strategies"] = [m for m in config["merge"]["strategies"] if m["name"] in LOCAL_RUN_MERGES]
+    return write_config(workdir / "config.yaml", config)
+
+
 @pytest.fixture(scope="session")
 def local_run(tmp_path_factory) -> Path:
-    """One full run of the embedded default pipeline with the local executor."""
+    """One full run of the pipeline (local_run_config) with the local executor."""
     workdir = tmp_path_factory.mktemp("local_run")
-    config = e2e_config(workdir)
+    config = local_run_config(workdir)
     run_snakemake(
         ["--cores", "2", "--directory", str(workdir), "--configfile", str(config)],
         timeout=3000,
