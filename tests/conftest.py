@@ -141,6 +141,15 @@ def local_run(tmp_path_factory) -> Path:
     return workdir
 
 
+@pytest.fixture(scope="session")
+def local_run_report(local_run) -> Path:
+    """The Snakemake report of the local run, made once for the tests that read it."""
+    out = local_run / "report.html"
+    run_snakemake(["--report", str(out), "--directory", str(local_run),
+                   "--configfile", str(local_run / "config.yaml")])
+    return out
+
+
 # -- shared by the attack tests (test_integrity_outputs.py, test_cvdp.py) -------------
 def run_bounded(fn, timeout_s):
     """fn() in a thread; fails the test instead of hanging it when fn does not return."""

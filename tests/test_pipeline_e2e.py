@@ -84,12 +84,8 @@ def test_every_checkpoint_loads_and_merges_differ(local_run):
         assert scored == sum(call["n"] for call in metrics["reward_calls"]) > 0
 
 
-def test_report_and_benchmarks(local_run):
-    run_snakemake(
-        ["--directory", str(local_run), "--configfile", str(local_run / "config.yaml"),
-         "--report", str(local_run / "report.html")]
-    )
-    html = (local_run / "report.html").read_text(errors="replace")
+def test_report_and_benchmarks(local_run, local_run_report):
+    html = local_run_report.read_text(errors="replace")
     assert "per_task_heatmap.png" in html and "overview.html" in html
     # every job of the run wrote its benchmark (a header and a measurement) and its log
     jobs = planned_jobs(local_run)
