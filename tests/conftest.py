@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -96,23 +97,57 @@ def cache():
     return None  # the default cache (.cache/verilator): the sandbox user must read it
 
 
+# The workflow tests run these shipped tasks, not all 34: every split, and every difficulty
+# of the train and test splits (every shipped task passes its own checks in test_tasks.py)
+E2E_TASKS = ("edge_detector", "parity_gen", "up_counter", "debouncer", "uart_tx", "cam4",  # train
+             "pwm_gen",  # val
+             "bcd_counter", "alu8", "combo_lock")  # test
+
+
 def e2e_config(workdir: Path) -> Path:
-    """The embedded default, with the task root made absolute so any workdir can run it."""
+    """The embedded default on a copy of the E2E_TASKS in `workdir`/tasks (an absolute
+    task root, so any workdir can run it)."""
     config = default_config()
-    config["tasks"]["root"] = str(REPO / config["tasks"]["root"])
+    root = workdir / "tasks"
+    for task_id in E2E_TASKS:
+        shutil.copytree(REPO / config["tasks"]["root"] / task_id, root / task_id)
+    config["tasks"]["root"] = str(root)
+    return write_config(workdir / "config.yaml", config)
+
+
+# The local run is e2e_config made smaller where no test needs more: a quarter of the
+# default's synthetic designs (tests/test_synth.py verifies every family) and two of its five
+# merges (tests/test_ml.py runs every merge method). Its every stage still runs.
+LOCAL_RUN_SYNTH = {"train_designs": 4, "test_designs": 2}
+LOCAL_RUN_MERGES = ("linear", "task_arithmetic")
+
+
+def local_run_config(workdir: Path) -> Path:
+    config = yaml.safe_load(e2e_config(workdir).read_text())
+    config["synth"].update(LOCAL_RUN_SYNTH)
+    config["merge"]["strategies"] = [m for m in config["merge"]["strategies"] if m["name"] in LOCAL_RUN_MERGES]
     return write_config(workdir / "config.yaml", config)
 
 
 @pytest.fixture(scope="session")
 def local_run(tmp_path_factory) -> Path:
-    """One full run of the embedded default pipeline with the local executor."""
+    """One full run of the pipeline (local_run_config) with the local executor."""
     workdir = tmp_path_factory.mktemp("local_run")
-    config = e2e_config(workdir)
+    config = local_run_config(workdir)
     run_snakemake(
         ["--cores", "2", "--directory", str(workdir), "--configfile", str(config)],
         timeout=3000,
     )
     return workdir
+
+
+@pytest.fixture(scope="session")
+def local_run_report(local_run) -> Path:
+    """The Snakemake report of the local run, made once for the tests that read it."""
+    out = local_run / "report.html"
+    run_snakemake(["--report", str(out), "--directory", str(local_run),
+                   "--configfile", str(local_run / "config.yaml")])
+    return out
 
 
 # -- shared by the attack tests (test_integrity_outputs.py, test_cvdp.py) -------------

@@ -1,4 +1,5 @@
-"""The embedded default pipeline end to end: every stage runs and its outputs make sense."""
+"""The pipeline end to end (the local_run fixture: the embedded default, smaller): every stage
+runs and its outputs make sense."""
 
 import json
 import re
@@ -12,14 +13,19 @@ from transformers import AutoModelForCausalLM
 
 from chorus.plan import Plan
 from chorus.tasks import load_manifest
-from conftest import default_config, run_snakemake, write_config
+from conftest import run_snakemake, write_config
 from test_workflow_dag import job_counts
 
 pytestmark = pytest.mark.slow
 
 
+def run_config(workdir: Path) -> dict:
+    """The configuration the run in `workdir` was made with."""
+    return yaml.safe_load((workdir / "config.yaml").read_text())
+
+
 def test_tables_cover_every_model_and_test_task(local_run):
-    plan = Plan(default_config())
+    plan = Plan(run_config(local_run))
     results = local_run / "results"
     test_tasks = load_manifest(results / "tasks" / "manifest.json", splits=["test"], root=local_run)
     per_task = pd.read_csv(results / "tables" / "per_task_pass1.csv", index_col="task_id")
@@ -45,7 +51,7 @@ def test_tables_cover_every_model_and_test_task(local_run):
     assert summary.loc[~compared, "vs_oracle"].isna().all()
 
     per_sample = pd.read_csv(results / "tables" / "per_sample.csv")
-    k = default_config()["eval"]["k"]
+    k = plan.config["eval"]["k"]
     counts = per_sample.groupby(["model", "task_id"]).size()
     assert (counts == k).all() and len(counts) == len(model_ids) * len(test_tasks)
     # every sample got a real simulation verdict, with a reason when it failed
@@ -54,7 +60,7 @@ def test_tables_cover_every_model_and_test_task(local_run):
 
 
 def test_every_checkpoint_loads_and_merges_differ(local_run):
-    plan = Plan(default_config())
+    plan = Plan(run_config(local_run))
     weights = {}
     for ref in plan.models():
         model = AutoModelForCausalLM.from_pretrained(local_run / plan.model_dir(ref.kind, ref.name))
@@ -70,7 +76,7 @@ def test_every_checkpoint_loads_and_merges_differ(local_run):
     assert not torch.equal(weights["sft/easy"][name], weights["sft/format"][name])
     # the experts ran GRPO for the configured steps, every rollout scored in simulation
     # (the tiny model's rollouts all score 0: no reward variance, so no update is expected)
-    config = default_config()
+    config = plan.config
     for expert in plan.experts:
         metrics = json.loads((local_run / plan.model_dir("rl", expert) / "rl_metrics.json").read_text())
         assert metrics["steps"] == config["rl"]["steps"]
@@ -78,12 +84,8 @@ def test_every_checkpoint_loads_and_merges_differ(local_run):
         assert scored == sum(call["n"] for call in metrics["reward_calls"]) > 0
 
 
-def test_report_and_benchmarks(local_run):
-    run_snakemake(
-        ["--directory", str(local_run), "--configfile", str(local_run / "config.yaml"),
-         "--report", str(local_run / "report.html")]
-    )
-    html = (local_run / "report.html").read_text(errors="replace")
+def test_report_and_benchmarks(local_run, local_run_report):
+    html = local_run_report.read_text(errors="replace")
     assert "per_task_heatmap.png" in html and "overview.html" in html
     # every job of the run wrote its benchmark (a header and a measurement) and its log
     jobs = planned_jobs(local_run)
@@ -100,7 +102,7 @@ def test_report_and_benchmarks(local_run):
     stats = json.loads((consolidate / "distill.stats.json").read_text())
     rows = [json.loads(line) for line in (consolidate / "distill.jsonl").read_text().splitlines()]
     assert set(stats) == {"verified_samples", "tasks_with_verified", "reference_samples", "per_expert"}
-    assert sorted(Path(folder).name for folder in stats["per_expert"]) == sorted(Plan(default_config()).experts)
+    assert sorted(Path(folder).name for folder in stats["per_expert"]) == sorted(Plan(run_config(local_run)).experts)
     assert all(0 <= e["kept"] <= e["passing_samples"] for e in stats["per_expert"].values())
     assert stats["verified_samples"] == sum(e["kept"] for e in stats["per_expert"].values())
     assert stats["verified_samples"] == sum(r["source"] == "verified" for r in rows)
@@ -125,8 +127,8 @@ def planned_jobs(workdir):
 
 
 def test_editing_one_merge_reruns_only_that_merge(local_run, tmp_path):
-    base = yaml.safe_load((local_run / "config.yaml").read_text())
-    base["merge"]["strategies"][1]["params"]["weight"] = 0.7  # task_arithmetic
+    base = run_config(local_run)
+    next(m for m in base["merge"]["strategies"] if m["method"] == "task_arithmetic")["params"]["weight"] = 0.7
     path = write_config(tmp_path / "edited.yaml", base)
     proc = run_snakemake(["-n", "--directory", str(local_run), "--configfile", str(path)])
     counts = job_counts(proc.stdout + proc.stderr)
@@ -175,8 +177,7 @@ def test_publish_writes_run_json(local_run, tmp_path):
     subprocess.run([sys.executable, "scripts/publish_run.py", str(local_run / "results"), str(out),
                     "--command", "snakemake --cores 2"], cwd=REPO, check=True)
     record = json.loads(out.read_text())
-    config = yaml.safe_load((local_run / "config.yaml").read_text())
-    plan = Plan(config)
+    plan = Plan(run_config(local_run))
     test_tasks = load_manifest(local_run / plan.results / "tasks" / "manifest.json", splits=plan.config["eval"]["splits"],
                                root=local_run)
     assert record["tasks"] == len(test_tasks) and record["k"] == plan.config["eval"]["k"]
@@ -201,7 +202,7 @@ def test_prebuild_builds_every_design_of_the_task_set(local_run, tmp_path, monke
 
     cache = tmp_path / "verilator"
     monkeypatch.setenv("CHORUS_CACHE_DIR", str(cache))
-    config = yaml.safe_load((local_run / "config.yaml").read_text())
+    config = run_config(local_run)
     config["prebuild"] = True
     path = write_config(tmp_path / "prebuild.yaml", config)
     report = "results/prebuild/designs.json"

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from chorus import report, report_pages as pages
-from conftest import FIXTURE_TASK, REPO, run_snakemake
+from conftest import FIXTURE_TASK, REPO
 
 EXPERTS = ["rl/a", "rl/b"]
 
@@ -129,13 +129,10 @@ def test_plots_are_written(tmp_path):
 
 
 @pytest.mark.slow
-def test_snakemake_report_of_a_run_has_the_sections(local_run):
-    """The report of the embedded default run: first-page status and provenance, labelled
-    HTML tables with the overview first, the per-sample page, plots."""
-    out = local_run / "report.html"
-    run_snakemake(["--report", str(out), "--directory", str(local_run),
-                   "--configfile", str(local_run / "config.yaml")])
-    text = out.read_text()
+def test_snakemake_report_of_a_run_has_the_sections(local_run, local_run_report):
+    """The report of the local run: first-page status and provenance, labelled HTML tables
+    with the overview first, the per-sample page, plots."""
+    text = local_run_report.read_text()
     for name in ("overview.html", "samples.html", "breakdown.html", "complementarity.html", "seeds.html",
                  "provenance.html", "per_task_heatmap.png", "expert_complementarity.png",
                  "coverage_distribution.png", "training_curves.png"):

@@ -36,6 +36,8 @@ def test_killed_rl_job_resumes_from_its_checkpoint(tmp_path):
     config = yaml.safe_load(config_path.read_text())
     config["rl"].update(steps=STEPS, save_steps=1)
     config["synth"]["enabled"] = False  # the corpus has its own tests; the RL job is the subject
+    # the expert starts from the first SFT stage: one SFT job before the RL job is enough
+    next(e for e in config["rl"]["experts"] if e["name"] == EXPERT)["from_stage"] = config["sft"]["stages"][0]["name"]
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     expert = tmp_path / "results" / "models" / "rl" / EXPERT
     work = work_dir_for(expert)
