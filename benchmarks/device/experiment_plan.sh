@@ -160,8 +160,10 @@ in_parts() {
   split -b 15M "$1" "$1.part_" && rm "$1"
 }
 
+# the time given counts from the script's start (bash's $SECONDS), installs included: the
+# call returns, its results copied out, inside the device's 10 minutes a command
 follow() {
-  local end=$(($(date +%s) + ${1:-540}))
+  local end=$(($(date +%s) + ${1:-540} - SECONDS))
   while [ ! -e "$WORK/finished" ] && (($(date +%s) < end)); do sleep 10; done
   tail -n 5 "$WORK/workflow.log" 2>/dev/null
   cat "$WORK/finished" 2>/dev/null

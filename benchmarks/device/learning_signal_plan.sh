@@ -57,8 +57,10 @@ copy_out() {
   return 0
 }
 
+# the time given counts from the script's start (bash's $SECONDS), installs included: the
+# call returns, its results copied out, inside the device's 10 minutes a command
 follow() {
-  local end=$(($(date +%s) + ${1:-540}))
+  local end=$(($(date +%s) + ${1:-540} - SECONDS))
   while [ ! -e "$WORK/finished" ] && (($(date +%s) < end)); do sleep 10; done
   tail -n 3 "$WORK"/*.log
   ls "$WORK"
