@@ -611,10 +611,9 @@ class _DecodeRun:
         state.key_valid.scatter_(1, state.write_pos[:, None], True)  # the position this token's keys go to
 
     def admit(self, free: list[int], callers: list[int]) -> None:
-        """Prefill the callers' rows into the free slots: the first rows (every slot free,
-        the cache still empty, few enough for one prefill) straight into the cache, others
-        in groups of at most PREFILL_TOKENS prompt tokens, their keys then copied into
-        their slots."""
+        """Prefill the callers' rows into the free slots, in groups of at most
+        PREFILL_TOKENS prompt tokens, each group's keys then copied into its slots (the
+        cache is made for every slot at the first admission)."""
         torch, state, decoder, cache = self.torch, self.state, self.decoder, self.cache
         max_new_tokens, capacity = self.max_new_tokens, self.capacity
         mask = self.attention_mask[callers]
@@ -622,17 +621,11 @@ class _DecodeRun:
         ids, mask = (t[:, self.prompt_len - own_len:].to(self.device) for t in (self.input_ids[callers], mask))
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
         at = torch.tensor(free, device=self.device)
+        if not cache.layers[0].is_initialized:
+            self.initialize_cache()
         group = max(1, decoder.PREFILL_TOKENS // own_len)
-        if not cache.layers[0].is_initialized and len(free) <= group:  # straight into the cache
-            logits = decoder._forward(cache, input_ids=ids, attention_mask=mask, position_ids=positions)
-            for layer in cache.layers:
-                decoder._write_per_row(layer, state)
-        else:
-            if not cache.layers[0].is_initialized:
-                self.initialize_cache()
-            logits = torch.cat([self.prefill_copied(ids[i : i + group], mask[i : i + group],
-                                                    positions[i : i + group], at[i : i + group])
-                                for i in range(0, len(free), group)])
+        logits = torch.cat([self.prefill_copied(ids[i : i + group], mask[i : i + group], positions[i : i + group],
+                                                at[i : i + group]) for i in range(0, len(free), group)])
         drawn = draw_tokens(logits, self.temperature, self.top_p)
         if self.temperature > 0 and state.noise is None:
             state.noise = torch.empty((self.width, logits.shape[-1]), device=self.device)  # drawn before each step
