@@ -12,6 +12,7 @@ import yaml
 from chorus.data import build_stage_dataset
 from chorus.launch import _rank_env, inside_launcher, launch, process_count, resolve, use_compile_cache
 from chorus.modeling import build_tiny_model, task_corpus
+from chorus.settings import SFTStage
 from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks
 from conftest import REPO, TINY_MODEL, e2e_config, run_snakemake
 
@@ -61,9 +62,9 @@ def sft_job(tmp_path_factory):
     base = build_tiny_model(root / "base", task_corpus(TRAIN), **TINY_MODEL)
     data = root / "data.jsonl"
     build_stage_dataset(TRAIN[:4], {"format": True}, data)
-    # the stage as SFTStage's fields: what the launcher carries to the ranks as JSON
-    return dict(model_in=str(base), dataset_jsonl=str(data), stage={"epochs": 1, "lr": 1e-3, "batch_size": 1,
-                "max_length": 4096}, use_cpu=True)
+    # one SFTStage, as scripts/sft.py gives it: the launcher carries it to the ranks whole
+    return dict(model_in=str(base), dataset_jsonl=str(data),
+                stage=SFTStage(epochs=1, lr=1e-3, batch_size=1, max_length=4096), use_cpu=True)
 
 
 def test_two_ranks_shard_the_data(sft_job, tmp_path):

@@ -1,10 +1,9 @@
-"""The training core shared by SFT and GRPO (chorus.training) and the SFT job entry point,
-without training anything."""
+"""The training core shared by SFT and GRPO (chorus.training) and the settings the workflow's
+training jobs hand to it, without training anything."""
 
 import pytest
 import torch
 
-from chorus import sft
 from chorus.settings import GRPOExpert, SFTStage
 from chorus.training import precision_flags, resolve_device, work_dir_for
 
@@ -23,24 +22,34 @@ def test_work_dir_sits_beside_the_output(tmp_path):
     assert work_dir_for(tmp_path / "models" / "sft" / "easy") == tmp_path / "models" / "sft" / "easy.tmp-train"
 
 
-def test_train_stage_job_hands_the_workflow_settings_to_train_stage(monkeypatch):
-    """scripts/sft.py passes the rule's params as they are; the job makes them one SFTStage
-    (like rl.train_expert_job a GRPOExpert)."""
-    calls = []
-    monkeypatch.setattr(sft, "train_stage", lambda *args, **kwargs: calls.append((args, kwargs)) or {"steps": 1})
+def test_sft_stage_of_a_job_is_the_workflow_settings_under_schema_names():
+    """scripts/sft.py makes the rule's `stage` and `settings` params one SFTStage, which it
+    hands to train_stage whole; a missing setting fails, no default fills in for it."""
     stage = {"name": "easy", "mix": {"reference": ["easy"]}, "epochs": 2, "lr": 3e-4, "seed": 5, "save_steps": 7}
     settings = {"batch_size": 4, "grad_accum": 2, "max_length": 512, "attn": "sdpa", "liger": False,
                 "compile_min_flops": None}
-    assert sft.train_stage_job("base", "data.jsonl", "out", stage, settings, device="cpu",
-                               deepspeed_config="zero2.json") == {"steps": 1}
-    (args, kwargs), = calls
-    # one SFTStage under the schema's names (the params spell attention and liger_kernel as runs recorded them)
-    assert args == ("base", "data.jsonl", "out", SFTStage(
+    # the params spell attention and liger_kernel as runs recorded them
+    assert SFTStage.from_job(stage, settings) == SFTStage(
         name="easy", epochs=2, lr=3e-4, seed=5, save_steps=7, batch_size=4, grad_accum=2, max_length=512,
-        attention="sdpa", liger_kernel=False, compile_min_flops=None))
-    assert kwargs == {"device": "cpu", "deepspeed_config": "zero2.json"}
-    with pytest.raises(KeyError):  # a missing setting fails, no default fills in for it
-        sft.train_stage_job("base", "data.jsonl", "out", {k: v for k, v in stage.items() if k != "lr"}, settings)
+        attention="sdpa", liger_kernel=False, compile_min_flops=None)
+    with pytest.raises(KeyError, match="lr"):
+        SFTStage.from_job({k: v for k, v in stage.items() if k != "lr"}, settings)
+
+
+def test_expert_tasks_are_its_splits_and_difficulties(tmp_path):
+    """The tasks scripts/rl.py gives an expert: the manifest's tasks of the expert's
+    splits, narrowed to its difficulties when it names any."""
+    from chorus.rl import expert_tasks
+    from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks, write_manifest
+
+    tasks = load_tasks(DEFAULT_TASK_ROOT)
+    manifest = tmp_path / "manifest.json"
+    write_manifest(tasks, manifest, "shipped")
+    train = [t.id for t in tasks if t.split == "train"]
+    assert [t.id for t in expert_tasks(manifest, GRPOExpert(splits=("train",)))] == train
+    easy = [t.id for t in tasks if t.split == "train" and t.difficulty == "easy"]
+    assert 0 < len(easy) < len(train)
+    assert [t.id for t in expert_tasks(manifest, GRPOExpert(splits=("train",), difficulties=("easy",)))] == easy
 
 
 def test_grpo_expert_of_a_job_keeps_its_nulls_and_names():

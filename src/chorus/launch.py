@@ -5,17 +5,19 @@ A SLURM job that asks for N GPUs sees exactly those N (SLURM sets CUDA_VISIBLE_D
 elastic launcher (`torch.distributed.run`, i.e. torchrun) with one rank per GPU. The
 transformers/TRL trainers read the launcher's variables (RANK, WORLD_SIZE, LOCAL_RANK)
 and run data-parallel, or sharded with DeepSpeed ZeRO when a DeepSpeed config is given.
-On CPU the ranks talk over gloo (what the tests exercise; no GPU in CI).
+On CPU the ranks talk over gloo (what the tests exercise; no GPU in CI). The function's
+arguments reach the ranks pickled, so a settings object (chorus.settings) or a task list
+arrives as it was given, and the ranks read no setting of their own.
 
-    python -m chorus.launch chorus.sft:train_stage_job job.json   # one rank's entry point
+    python -m chorus.launch chorus.sft:train_stage job.pickle   # one rank's entry point
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import os
+import pickle
 import subprocess
 import sys
 import tempfile
@@ -63,8 +65,9 @@ def launch(target: str, kwargs: dict, processes: int = 1, *, always_launcher: bo
     function = resolve(target)
     if inside_launcher() or (processes <= 1 and not always_launcher):
         return function(**kwargs)
-    with tempfile.NamedTemporaryFile("w", prefix="chorus-launch-", suffix=".json", delete=False) as spec:
-        json.dump(kwargs, spec)
+    # readable by this user alone (NamedTemporaryFile's mode 0600): the ranks unpickle it
+    with tempfile.NamedTemporaryFile("wb", prefix="chorus-launch-", suffix=".pickle", delete=False) as spec:
+        pickle.dump(kwargs, spec)
     command = [
         sys.executable, "-m", "torch.distributed.run",
         "--standalone",  # a rendezvous of its own on this node: jobs sharing a node don't meet
@@ -82,9 +85,10 @@ def launch(target: str, kwargs: dict, processes: int = 1, *, always_launcher: bo
 
 
 def launch_training(target: str, kwargs: dict, settings: dict):
-    """A workflow training job: `settings` is the rule's `launch` params (config `device`,
-    `deepspeed`, `train_processes` as `processes`) with `compile_cache`
-    (chorus.plan.job_settings); the device and DeepSpeed config join `kwargs`."""
+    """A workflow training job, `target(**kwargs)` on every rank: `settings` is the rule's
+    `launch` params (config `device`, `deepspeed`, `train_processes` as `processes`) with
+    `compile_cache` (chorus.plan.job_settings); the device and DeepSpeed config join
+    `kwargs`."""
     from chorus.training import resolve_device
 
     device = resolve_device(settings["device"])
@@ -117,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     target, spec = (argv or sys.argv[1:])[:2]
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s rank{os.environ.get('RANK', '?')} "
                         "%(levelname)s %(name)s: %(message)s")
-    resolve(target)(**json.loads(Path(spec).read_text()))
+    resolve(target)(**pickle.loads(Path(spec).read_bytes()))
     return 0
 
 

@@ -4,19 +4,19 @@ The rewards (chorus.reward): the coverage a completion reaches in simulation wit
 task's design, or, for the ablation, the binary pass; and a small term for the answer
 format. The expert's settings are one GRPOExpert (chorus.settings); its rollouts go
 through chorus.rollouts. The work folder, resume, precision and finalize are
-chorus.training's, shared with SFT; `train_expert_job` is the workflow's entry point
-(scripts/rl.py).
+chorus.training's, shared with SFT. The workflow's rl rule (scripts/rl.py) starts
+`train_expert` on every rank (chorus.launch) with the job's GRPOExpert
+(GRPOExpert.from_job) and its `expert_tasks`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 
 from chorus.harness import SandboxLimits
-from chorus.harness.timeouts import TimeoutPolicy, sandbox_settings
+from chorus.harness.timeouts import TimeoutPolicy
 from chorus.prompts import build_prompt
 from chorus.reward import CoverageReward, format_reward
 from chorus.rollouts import (
@@ -31,7 +31,8 @@ from chorus.rollouts import (
 )
 from chorus.settings import GRPOExpert
 from chorus.tasks import Task, load_manifest
-from chorus.training import common_args, finalize, load_trainee, precision_flags, prepare_work_dir, stage_callback
+from chorus.training import (common_args, finalize, load_trainee, precision_flags, prepare_work_dir,
+                             stage_callback, world_size)
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +81,15 @@ def train_expert(
     `out_dir` atomically with `rl_metrics.json`. Rewards: the coverage reward
     (`expert.reward`: dense | binary, weight 1) and `format_reward` (weight
     `expert.format_weight`), separate so TRL logs both; the reward's simulations run in
-    `sim_workers` sandboxes under `sim_limits` and the per-task `sim_timeouts`
-    (chorus.harness.timeouts). `expert.batch_size` completions per device and step are
-    rounded to whole groups of `num_generations`; `steps_per_generation` step batches are
-    sampled at a time, the larger batch a small model needs to decode fast on a GPU (the
-    later steps of a batch learn slightly off-policy, within TRL's clipped ratio). The
-    rollouts: chorus.rollouts (`rollout_backend`, `early_rewards`, `rollout_compile`,
-    `rollout_slots`). The metrics break the run down into generation, reward wait and the
-    rest (log-probs, backward, optimizer), with rollout tokens/s and simulations/s.
-    `extra_args` go to GRPOConfig as they are."""
+    `sim_workers` sandboxes (the job's, shared by its ranks) under `sim_limits` and the
+    per-task `sim_timeouts` (chorus.harness.timeouts). `expert.batch_size` completions per
+    device and step are rounded to whole groups of `num_generations`;
+    `steps_per_generation` step batches are sampled at a time, the larger batch a small
+    model needs to decode fast on a GPU (the later steps learn slightly off-policy, within
+    TRL's clipped ratio). The rollouts: chorus.rollouts (`rollout_backend`,
+    `early_rewards`, `rollout_compile`, `rollout_slots`). The metrics break the run down
+    into generation, reward wait and the rest (log-probs, backward, optimizer), with
+    rollout tokens/s and simulations/s. `extra_args` go to GRPOConfig as they are."""
     from trl import GRPOTrainer
 
     from chorus.modeling import load_tokenizer
@@ -100,7 +101,8 @@ def train_expert(
     flags = precision_flags(device, bf16=bf16, use_cpu=use_cpu)
     backend = checked_rollout_backend(expert, flags, deepspeed_config)
     args = grpo_config(expert, backend, work_dir, flags, tokenizer, tasks, deepspeed_config, extra_args)
-    coverage = CoverageReward(tasks, expert.reward, sim_workers, sim_limits, sim_timeouts)
+    workers = max(1, sim_workers // world_size()) if sim_workers else None
+    coverage = CoverageReward(tasks, expert.reward, workers, sim_limits, sim_timeouts)
     dataset = rl_dataset(tasks, min_rows=args.generation_batch_size // expert.num_generations)
     rewards, episodes = [coverage, format_reward], None
     if (expert.rounds or 1) > 1:  # multi-round episodes, rewarded on their last answer
@@ -244,26 +246,8 @@ def run_breakdown(coverage: CoverageReward, timer: RolloutTimer, runtime: float)
     }
 
 
-def train_expert_job(
-    model_in: str,
-    manifest: str,
-    out_dir: str,
-    expert: dict,
-    simulation: dict,
-    job_cpus: int,
-    device: str | None = None,
-    deepspeed_config: str | None = None,
-) -> dict:
-    """One workflow RL job (JSON-able arguments, so chorus.launch can start it per rank):
-    the expert's GRPO settings (its `expert` params, GRPOExpert's fields), its tasks from
-    the manifest (the expert's `splits`, and `difficulties` when given) and the sandbox
-    of config `simulation`. The job's CPUs are shared by the ranks' reward sandboxes."""
-    expert = GRPOExpert.from_job(expert)
+def expert_tasks(manifest: str | Path, expert: GRPOExpert) -> list[Task]:
+    """The tasks `expert` trains on: the manifest's tasks of its `splits`, and of its
+    `difficulties` when it names any."""
     tasks = load_manifest(manifest, splits=expert.splits)
-    if expert.difficulties:
-        tasks = [t for t in tasks if t.difficulty in expert.difficulties]
-    ranks = int(os.environ.get("WORLD_SIZE", "1"))
-    sim_limits, sim_timeouts = sandbox_settings(simulation)
-    return train_expert(model_in, tasks, out_dir, expert, sim_workers=max(1, job_cpus // ranks),
-                        sim_limits=sim_limits, sim_timeouts=sim_timeouts, device=device,
-                        deepspeed_config=deepspeed_config)
+    return [t for t in tasks if t.difficulty in expert.difficulties] if expert.difficulties else tasks

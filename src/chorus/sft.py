@@ -1,15 +1,14 @@
 """One SFT stage with TRL's SFTTrainer (prompt-completion data, loss on completions).
 
 The work folder, resume, precision, kernels and finalize are chorus.training's, shared
-with GRPO (chorus.rl); `train_stage_job` is the workflow's entry point (scripts/sft.py,
-started per rank by chorus.launch).
+with GRPO (chorus.rl). The workflow's sft rule (scripts/sft.py) starts `train_stage` on
+every rank (chorus.launch) with the job's SFTStage (SFTStage.from_job).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 from chorus.settings import SFTStage
@@ -21,6 +20,7 @@ from chorus.training import (
     precision_flags,
     prepare_work_dir,
     stage_callback,
+    world_size,
 )
 
 log = logging.getLogger(__name__)
@@ -69,8 +69,8 @@ def train_stage(
     `stage.packing` packs several examples per row (best-fit decreasing); it needs
     padding-free kernels, and "auto" packs whenever they are on (TRL enforces
     `max_length` on padding-free batches only by packing). `stage` may come as a dict of
-    SFTStage's fields (what chorus.launch carries to the ranks). `callbacks` go to the
-    trainer, `extra_args` to SFTConfig as they are."""
+    SFTStage's fields. `callbacks` go to the trainer, `extra_args` to SFTConfig as they
+    are."""
     from datasets import load_dataset
     from trl import SFTTrainer
 
@@ -126,10 +126,9 @@ def stage_kernels(stage: SFTStage, on_gpu: bool, model_in, dataset, tokenizer) -
     size, the training FLOPs estimated for it."""
     train_flops = None
     if on_gpu and "auto" in (stage.attention, stage.liger_kernel) and stage.compile_min_flops is not None:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
         train_flops = estimate_train_flops(model_in, dataset, tokenizer, epochs=stage.epochs,
                                            max_steps=stage.max_steps,
-                                           examples_per_step=stage.batch_size * stage.grad_accum * world)
+                                           examples_per_step=stage.batch_size * stage.grad_accum * world_size())
     kernels = kernel_settings(stage.attention, stage.liger_kernel, on_gpu=on_gpu, train_flops=train_flops,
                               compile_min_flops=stage.compile_min_flops)
     return kernels, train_flops
@@ -159,17 +158,3 @@ def sft_config(stage: SFTStage, work_dir: Path, flags: dict, kernels: dict, deep
     )
     return SFTConfig(**{**config, **(extra_args or {})})
 
-
-def train_stage_job(
-    model_in: str,
-    dataset_jsonl: str,
-    out_dir: str,
-    stage: dict,
-    settings: dict,
-    device: str | None = None,
-    deepspeed_config: str | None = None,
-) -> dict:
-    """One workflow SFT job (JSON-able arguments, so chorus.launch can start it per rank),
-    like chorus.rl.train_expert_job: its `stage` and `settings` params (SFTStage.from_job)."""
-    return train_stage(model_in, dataset_jsonl, out_dir, SFTStage.from_job(stage, settings), device=device,
-                       deepspeed_config=deepspeed_config)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -33,6 +34,11 @@ def resolve_device(device: str | None = "auto") -> str:
 
 
 WORK_SUFFIX = ".tmp-train"
+
+
+def world_size() -> int:
+    """The ranks of this training job (chorus.launch sets WORLD_SIZE; 1 outside it)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def work_dir_for(out_dir: str | Path) -> Path:
