@@ -3,9 +3,9 @@
 Each is named and shaped like its section of config/config.schema.yaml, so a setting keeps
 its schema name from the YAML to the library call: the Plan builds the section's values
 (chorus.plan), the job's script makes them one object (`from_job`) and hands it whole to
-the job function, which reads them by the same names. The defaults here serve callers outside the workflow (tests,
-benchmarks); the workflow passes every key, and its defaults are the schema's. The fields
-after the schema's are knobs the config does not expose.
+the job function, which reads them by the same names. The defaults here serve callers
+outside the workflow (tests, benchmarks); the workflow passes every key, and its defaults
+are the schema's. The fields after the schema's are knobs the config does not expose.
 """
 
 from __future__ import annotations
