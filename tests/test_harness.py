@@ -300,8 +300,8 @@ def test_guard_allows_the_environment_and_refuses_the_candidate(tmp_path):
 
 def test_reference_passes_on_a_python_whose_pytest_plugin_loads_ctypes(task, cache, monkeypatch):
     """Issue 13's measured failure, through the real simulator: the same environment
-    failed the shipped reference with the old guard and passes it now, while a candidate
-    that imports ctypes is still refused."""
+    failed the shipped reference with the old guard (and cocotb configuring pytest) and
+    passes it now, while a candidate that imports ctypes is still refused."""
     reference = task.reference_stimulus.read_text()
     with foreign_python_env():
         good = score(task, reference, cache_dir=cache)
