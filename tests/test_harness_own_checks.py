@@ -1,0 +1,81 @@
+"""A candidate's own checks, in both answer languages (docs/harness.md, "Replay"): a
+candidate whose own test reports a failure (a cocotb test that raises, a SystemVerilog
+testbench's `$error`, failed assertion or `$fatal`) gets `runtime_error`, `passed` false
+and score 0, even when the inputs it drove reach every coverage target; the report is a
+claim that can only cost the candidate. Messages that report no failure (`$warning`,
+`$display`) change nothing."""
+
+import dataclasses
+
+import pytest
+
+from chorus.harness import score
+from chorus.tasks import load_task
+from conftest import FIXTURE_TASK
+
+# the cocotb reference's vectors: reset, 20 enabled cycles (a wrap), idle: every line
+# and branch of fx_counter
+TESTBENCH = """`timescale 1ns/1ps
+module own_check_tb;
+  logic clk = 0, rst = 1, en = 0;
+  wire [3:0] q;
+  wire wrap;
+  fx_counter uut (.clk(clk), .rst(rst), .en(en), .q(q), .wrap(wrap));
+  always #5 clk = ~clk;
+  initial begin
+    repeat (2) @(posedge clk);
+    rst = 0; en = 1;
+    repeat (20) @(posedge clk);
+    en = 0;
+    repeat (2) @(posedge clk);
+{ending}
+    $finish;
+  end
+endmodule
+"""
+SV_ENDINGS = {
+    "error": ('    $error("my own check failed");', "runtime_error"),
+    "failed_assertion": ("    assert (q == 4'd15) else $error(\"my own check failed: q=%0d\", q);", "runtime_error"),
+    "fatal": ('    $fatal(1, "my own check failed");', "runtime_error"),
+    "warning": ('    $warning("a remark, not a failure");', "ok"),
+    "none": ("", "ok"),
+}
+COCOTB_ENDINGS = {
+    "failed_assert": ("    assert int(dut.q.value) == 99, 'my own check failed'\n", "runtime_error"),
+    "raise": ("    raise AssertionError('my own check failed')\n", "runtime_error"),
+    "none": ("", "ok"),
+}
+
+
+@pytest.fixture(scope="module")
+def sv_task(task):
+    return dataclasses.replace(load_task(FIXTURE_TASK), answer_language="systemverilog", instance="uut",
+                               testbench_file="verif/own_check_tb.sv", reference_stimulus=None,
+                               trivial_stimulus=None)
+
+
+def assert_own_failure_scored(result, expected: str) -> None:
+    if expected == "ok":  # the same inputs, no failure reported: they reach the targets
+        assert result.status == "ok" and result.passed and result.score == 1.0, result.detail
+        assert result.claimed_pass is True
+        return
+    assert result.status == "runtime_error", (result.status, result.detail)
+    assert not result.passed and result.score == 0.0 and result.coverage == {}
+    assert result.claimed_pass is False
+    assert "my own check failed" in result.detail
+
+
+@pytest.mark.parametrize("ending", SV_ENDINGS)
+def test_a_testbench_reporting_its_own_failure_does_not_pass(sv_task, cache, ending):
+    text, expected = SV_ENDINGS[ending]
+    result = score(sv_task, TESTBENCH.format(ending=text), cache_dir=cache)
+    assert_own_failure_scored(result, expected)
+
+
+@pytest.mark.parametrize("ending", COCOTB_ENDINGS)
+def test_a_cocotb_test_reporting_its_own_failure_does_not_pass(task, cache, ending):
+    text, expected = COCOTB_ENDINGS[ending]
+    reference = task.reference_stimulus.read_text()
+    assert reference.endswith("    await RisingEdge(dut.clk)\n")  # the test's last line
+    result = score(task, reference + text, cache_dir=cache)
+    assert_own_failure_scored(result, expected)
