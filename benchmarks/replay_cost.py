@@ -110,7 +110,8 @@ def main(argv=None) -> int:
     out.write_text(json.dumps(report, indent=1))
     print(f"median per candidate: replay {medians['replay'] * 1000:.0f} ms, "
           f"baseline {medians['baseline'] * 1000:.0f} ms, ratio {report['ratio']:.2f}; CPU of the candidate's "
-          f"processes: replay {cpu_medians['replay'] * 1000:.0f} ms, baseline {cpu_medians['baseline'] * 1000:.0f} ms, "
+          f"processes: replay {cpu_medians['replay'] * 1000:.0f} ms, "
+          f"baseline {cpu_medians['baseline'] * 1000:.0f} ms, "
           f"ratio {report['cpu_ratio']:.2f}; the scorer's own CPU: replay "
           f"{scorer_cpu_medians['replay'] * 1000:.0f} ms, baseline {scorer_cpu_medians['baseline'] * 1000:.0f} ms; "
           "of which simulated "

@@ -123,14 +123,14 @@ def stimulus_bytecode(source: bytes, path: Path) -> bytes | None:
     what a and b were), as cocotb's import hook would do inside every candidate's run.
     A hash-checked pyc (PEP 552): used only with exactly this source beside it. None
     when the rewrite fails (the stimulus is then compiled as it is, plain asserts)."""
-    from _pytest.assertion.rewrite import rewrite_asserts
-
     try:
+        from _pytest.assertion.rewrite import rewrite_asserts
+
         tree = ast.parse(source, filename=str(path))
         rewrite_asserts(tree, source, str(path))
         code = compile(tree, str(path), "exec", dont_inherit=True)
         body = marshal.dumps(code)
-    except Exception:  # noqa: BLE001  (any failure: the sandbox compiles the source)
+    except Exception:  # noqa: BLE001  (any failure, pytest's API too: the sandbox compiles the source)
         return None
     checked_hash_flags = (0b11).to_bytes(4, "little")
     return importlib.util.MAGIC_NUMBER + checked_hash_flags + importlib.util.source_hash(source) + body
