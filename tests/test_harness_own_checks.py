@@ -3,9 +3,10 @@ candidate whose own test reports a failure (a cocotb test that raises, a SystemV
 testbench's `$error`, failed assertion or `$fatal`) gets `runtime_error`, `passed` false
 and score 0, even when the inputs it drove reach every coverage target; the report is a
 claim that can only cost the candidate. Messages that report no failure (`$warning`,
-`$display`) change nothing."""
+`$display`) change nothing. A failing assertion of the design ends the run too."""
 
 import dataclasses
+import shutil
 
 import pytest
 
@@ -79,3 +80,26 @@ def test_a_cocotb_test_reporting_its_own_failure_does_not_pass(task, cache, endi
     assert reference.endswith("    await RisingEdge(dut.clk)\n")  # the test's last line
     result = score(task, reference + text, cache_dir=cache)
     assert_own_failure_scored(result, expected)
+
+
+@pytest.fixture(scope="module")
+def asserting_task(tmp_path_factory):
+    """fx_counter with an assertion of its own that the reference vectors break (q
+    reaches 9 while enabled)."""
+    root = tmp_path_factory.mktemp("asserting") / "fx_counter"
+    shutil.copytree(FIXTURE_TASK, root)
+    rtl = root / "rtl" / "fx_counter.sv"
+    check = "  always_ff @(posedge clk) if (!rst) assert (q != 4'd9) else $error(\"design: q reached 9\");\n"
+    rtl.write_text(rtl.read_text().replace("endmodule", check + "endmodule"))
+    return load_task(root)
+
+
+def test_a_failing_assertion_of_the_design_ends_the_run_in_both_languages(asserting_task, cache):
+    cocotb = score(asserting_task, asserting_task.reference_stimulus.read_text(), cache_dir=cache)
+    sv_task = dataclasses.replace(asserting_task, answer_language="systemverilog", instance="uut",
+                                  testbench_file="verif/own_check_tb.sv", reference_stimulus=None,
+                                  trivial_stimulus=None)
+    testbench = score(sv_task, TESTBENCH.format(ending=""), cache_dir=cache)
+    for result in (cocotb, testbench):
+        assert result.status == "runtime_error" and result.score == 0.0 and not result.passed, result.detail
+    assert "design: q reached 9" in testbench.detail
