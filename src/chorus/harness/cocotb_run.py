@@ -136,6 +136,17 @@ def stimulus_bytecode(source: bytes, path: Path) -> bytes | None:
     return importlib.util.MAGIC_NUMBER + checked_hash_flags + importlib.util.source_hash(source) + body
 
 
+def write_stimulus(home: Path, stimulus_text: str) -> None:
+    """The stimulus module in the candidate's `home`, with its .pyc (stimulus_bytecode)
+    where the simulator's Python looks for it."""
+    stimulus, source = home / f"{STIMULUS_MODULE}.py", stimulus_text.encode()
+    stimulus.write_bytes(source)
+    if (bytecode := stimulus_bytecode(source, stimulus)) is not None:
+        cached = Path(importlib.util.cache_from_source(str(stimulus)))
+        cached.parent.mkdir()
+        cached.write_bytes(bytecode)
+
+
 def parse_results(data: bytes | None) -> tuple[int | None, int, list[str]]:
     """(tests, failures, messages) of a cocotb results file; tests None when there is
     none or it is not one. A DOCTYPE is refused (no entity expansion)."""
@@ -185,12 +196,7 @@ def run_candidate(
                 f"the sandbox user cannot reach the build {build_dir}: {blocked} is not "
                 "world-traversable (keep the Verilator cache in a readable place, CHORUS_CACHE_DIR)"
             )
-        stimulus, source = folder.home / f"{STIMULUS_MODULE}.py", stimulus_text.encode()
-        stimulus.write_bytes(source)
-        if (bytecode := stimulus_bytecode(source, stimulus)) is not None:
-            cached = Path(importlib.util.cache_from_source(str(stimulus)))
-            cached.parent.mkdir()
-            cached.write_bytes(bytecode)
+        write_stimulus(folder.home, stimulus_text)
         with folder.outputs(OUT_DIR, writes) as outputs:  # outputs.out holds what is kept
             command, sim_env = simulator_command(
                 folder.home, build_dir, toplevel, seed, limits.guard, outputs.out, direct_coverage
