@@ -314,6 +314,25 @@ def test_reference_passes_on_a_python_whose_pytest_plugin_loads_ctypes(task, cac
         assert old.status == "runtime_error" and "ctypes is not allowed" in old.detail
 
 
+def test_the_candidate_runs_with_the_collector_on_and_the_start_up_frozen(task, cache):
+    """The guard keeps the garbage collector off while cocotb starts and turns it on,
+    with the start-up's objects frozen out of its passes, as the candidate's code starts."""
+    probe = ("import gc\nassert gc.isenabled(), 'the collector is off'\n"
+             "assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()\n")
+    result = score(task, probe + task.reference_stimulus.read_text(), cache_dir=cache)
+    assert result.status == "ok" and result.passed, result.detail
+
+
+def test_a_failed_assert_says_what_it_compared(task, cache):
+    """The stimulus comes with its asserts rewritten by the scorer (no pytest
+    configuration in the simulator): a failure names the values, as pytest's rewriting
+    inside the simulator did."""
+    reference = task.reference_stimulus.read_text()
+    result = score(task, reference + "    assert int(dut.q.value) == 99\n", cache_dir=cache)
+    assert result.status == "runtime_error" and result.claimed_pass is False
+    assert "assert 4 == 99" in result.detail, result.detail
+
+
 # -- chorus-eval / score_generations bookkeeping (issue 13) -----------------------------
 def test_score_generations_keys_results_by_content(task, cache, tmp_path):
     """A verdict belongs to (task, sample id, code): a duplicated id, 1 against "1" and
