@@ -20,7 +20,7 @@ CHORUS_GUARD=from_start refuses from the first event (the behaviour before the a
 kept so tests can show what it broke).
 
 The garbage collector is off while the environment starts (importing cocotb and pytest
-makes some hundred thousand objects, which the collector would traverse again and
+makes tens of thousands of objects, which the collector would traverse again and
 again) and comes back, with those objects frozen out of its passes (gc.freeze), as the
 candidate's code starts: the candidate runs with the collector as usual.
 """
