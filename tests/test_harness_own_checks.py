@@ -13,27 +13,24 @@ import pytest
 from chorus.harness import score
 from chorus.tasks import load_task
 from conftest import FIXTURE_TASK
+from test_soak import soak
 
-# the cocotb reference's vectors: reset, 20 enabled cycles (a wrap), idle: every line
-# and branch of fx_counter
-TESTBENCH = """`timescale 1ns/1ps
-module own_check_tb;
-  logic clk = 0, rst = 1, en = 0;
-  wire [3:0] q;
-  wire wrap;
-  fx_counter uut (.clk(clk), .rst(rst), .en(en), .q(q), .wrap(wrap));
-  always #5 clk = ~clk;
-  initial begin
-    repeat (2) @(posedge clk);
+# the cocotb reference's vectors in the SV soak's fx_counter testbench: reset, 20 enabled
+# cycles (a wrap), idle: every line and branch of fx_counter
+BODY = """    repeat (2) @(posedge clk);
     rst = 0; en = 1;
     repeat (20) @(posedge clk);
     en = 0;
     repeat (2) @(posedge clk);
 {ending}
     $finish;
-  end
-endmodule
 """
+
+
+def sv_answer(ending: str) -> str:
+    return soak.SV_TESTBENCHES["fx_counter"].format(body=BODY.format(ending=ending), extra="")
+
+
 SV_ENDINGS = {
     "error": ('    $error("my own check failed");', "runtime_error"),
     "failed_assertion": ("    assert (q == 4'd15) else $error(\"my own check failed: q=%0d\", q);", "runtime_error"),
@@ -48,11 +45,16 @@ COCOTB_ENDINGS = {
 }
 
 
-@pytest.fixture(scope="module")
-def sv_task(task):
-    return dataclasses.replace(load_task(FIXTURE_TASK), answer_language="systemverilog", instance="uut",
+def as_testbench_task(task):
+    """The same design and targets, answered with a SystemVerilog testbench."""
+    return dataclasses.replace(task, answer_language="systemverilog", instance="uut",
                                testbench_file="verif/own_check_tb.sv", reference_stimulus=None,
                                trivial_stimulus=None)
+
+
+@pytest.fixture(scope="module")
+def sv_task():
+    return as_testbench_task(load_task(FIXTURE_TASK))
 
 
 def assert_own_failure_scored(result, expected: str) -> None:
@@ -69,7 +71,7 @@ def assert_own_failure_scored(result, expected: str) -> None:
 @pytest.mark.parametrize("ending", SV_ENDINGS)
 def test_a_testbench_reporting_its_own_failure_does_not_pass(sv_task, cache, ending):
     text, expected = SV_ENDINGS[ending]
-    result = score(sv_task, TESTBENCH.format(ending=text), cache_dir=cache)
+    result = score(sv_task, sv_answer(text), cache_dir=cache)
     assert_own_failure_scored(result, expected)
 
 
@@ -96,10 +98,7 @@ def asserting_task(tmp_path_factory):
 
 def test_a_failing_assertion_of_the_design_ends_the_run_in_both_languages(asserting_task, cache):
     cocotb = score(asserting_task, asserting_task.reference_stimulus.read_text(), cache_dir=cache)
-    sv_task = dataclasses.replace(asserting_task, answer_language="systemverilog", instance="uut",
-                                  testbench_file="verif/own_check_tb.sv", reference_stimulus=None,
-                                  trivial_stimulus=None)
-    testbench = score(sv_task, TESTBENCH.format(ending=""), cache_dir=cache)
+    testbench = score(as_testbench_task(asserting_task), sv_answer(""), cache_dir=cache)
     for result in (cocotb, testbench):
         assert result.status == "runtime_error" and result.score == 0.0 and not result.passed, result.detail
     assert "design: q reached 9" in testbench.detail
