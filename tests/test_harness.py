@@ -323,6 +323,26 @@ def test_the_candidate_runs_with_the_collector_on_and_the_start_up_frozen(task, 
     assert result.status == "ok" and result.passed, result.detail
 
 
+def test_the_stimulus_bytecode_is_its_source_with_asserts_rewritten(tmp_path):
+    """What the simulator's Python imports is the stimulus's own code, its asserts
+    rewritten; changed source beside it is compiled afresh; a stimulus the rewrite cannot
+    take gets no .pyc (it is compiled as it is)."""
+    import subprocess
+
+    from chorus.harness.cocotb_run import stimulus_bytecode, write_stimulus
+
+    write_stimulus(tmp_path, "x = 1\nassert x + 1 == 3\n")
+    cached = [p.name for p in (tmp_path / "__pycache__").iterdir()]
+    assert cached == [f"stimulus.{sys.implementation.cache_tag}.pyc"]
+    run = lambda: subprocess.run([sys.executable, "-c", "import stimulus"], cwd=tmp_path,  # noqa: E731
+                                 capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert "assert (1 + 1) == 3" in run().stderr
+    (tmp_path / "stimulus.py").write_text("x = 1\nassert x + 2 == 4\n")  # not the .pyc's source
+    failed = run().stderr
+    assert failed.rstrip().endswith("AssertionError") and "assert (1 + 2) == 4" not in failed
+    assert stimulus_bytecode(b"def broken(:\n", tmp_path / "stimulus.py") is None
+
+
 def test_a_failed_assert_says_what_it_compared(task, cache):
     """The stimulus comes with its asserts rewritten by the scorer (no pytest
     configuration in the simulator): a failure names the values, as pytest's rewriting

@@ -128,7 +128,7 @@ def stimulus_bytecode(source: bytes, path: Path) -> bytes | None:
 
         tree = ast.parse(source, filename=str(path))
         rewrite_asserts(tree, source, str(path))
-        code = compile(tree, str(path), "exec", dont_inherit=True)
+        code = compile(tree, str(path), "exec", dont_inherit=True, optimize=0)  # asserts kept, even under -O
         body = marshal.dumps(code)
     except Exception:  # noqa: BLE001  (any failure, pytest's API too: the sandbox compiles the source)
         return None
@@ -142,7 +142,7 @@ def write_stimulus(home: Path, stimulus_text: str) -> None:
     stimulus, source = home / f"{STIMULUS_MODULE}.py", stimulus_text.encode()
     stimulus.write_bytes(source)
     if (bytecode := stimulus_bytecode(source, stimulus)) is not None:
-        cached = Path(importlib.util.cache_from_source(str(stimulus)))
+        cached = Path(importlib.util.cache_from_source(str(stimulus), optimization=""))
         cached.parent.mkdir()
         cached.write_bytes(bytecode)
 
