@@ -157,10 +157,10 @@ SV_KINDS: dict[str, Kind] = {
     "trivial": Kind(0.10, None, "below_target"),
     "syntax_error": Kind(0.06, sv_testbench("    integer broken = ;\n    #10 $finish;\n"), "syntax_error"),
     "fatal": Kind(0.05, sv_testbench('    #10 $fatal(1, "candidate gave up");\n'), "runtime_error"),
-    # $error does not end the simulation nor change its exit status: the $finish after it
-    # ends normally, and the inputs (the trivial ones) are scored like any others
+    # the testbench's own failed check: the first $error stops the run (a claim of
+    # failure, as a failed cocotb test; docs/harness.md, "The candidate's own checks")
     "error_then_finish": Kind(0.04, sv_testbench('    #10 $error("check failed");\n    $finish;\n'),
-                              "below_target"),
+                              "runtime_error"),
     "no_instance": Kind(0.04, sv_testbench(TRIVIAL_BODY, instance_line=("uut", "dut")), "no_coverage"),
     "no_finish": Kind(0.04, sv_testbench("    #10;\n", TICK), "timeout"),
     "zero_time_loop": Kind(0.03, sv_testbench("    forever spins = spins + 1;\n", "  integer spins = 0;\n"),

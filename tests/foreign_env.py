@@ -1,7 +1,9 @@
 """The failure class of issue 13: a Python environment whose pytest plugin imports ctypes.
 
-cocotb configures pytest (assertion rewriting) in the simulator's Python before it
-imports the test module, and pytest then imports every `pytest11` entry point it finds.
+cocotb, by default, configures pytest (assertion rewriting) in the simulator's Python
+before it imports the test module, and pytest then imports every `pytest11` entry point
+it finds (the harness now turns that off: the stimulus comes with its asserts
+rewritten, cocotb_run.stimulus_bytecode; force_old_guard turns it on again).
 On ML images such a plugin (jaxtyping's, for one) imports numpy, which imports ctypes.
 This builds such a package in a world-readable temp folder, as a path entry holding the
 plugin module and its dist-info, without installing anything into the shared venv. The
@@ -74,8 +76,10 @@ def foreign_python_env():
 
 
 def force_old_guard(monkeypatch) -> None:
-    """Make the sandbox start the guard as it was before issue 13: refusing from the
-    first event, the environment's own start included."""
+    """Make the sandbox start the simulator's Python as it did before issue 13: the guard
+    refusing from the first event, the environment's own start included, and cocotb
+    configuring pytest for its assertion rewriting (which imports every pytest11
+    plugin; today the stimulus comes with its asserts rewritten and no plugin loads)."""
     from chorus.harness import cocotb_run
 
     original = cocotb_run.simulator_command
@@ -84,6 +88,7 @@ def force_old_guard(monkeypatch) -> None:
         argv, env = original(*args, **kwargs)
         if "CHORUS_GUARD" in env:
             env["CHORUS_GUARD"] = "from_start"
+        env.pop("COCOTB_REWRITE_ASSERTION_FILES", None)  # cocotb's default: configure pytest
         return argv, env
 
     monkeypatch.setattr(cocotb_run, "simulator_command", from_start)

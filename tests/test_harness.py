@@ -300,8 +300,8 @@ def test_guard_allows_the_environment_and_refuses_the_candidate(tmp_path):
 
 def test_reference_passes_on_a_python_whose_pytest_plugin_loads_ctypes(task, cache, monkeypatch):
     """Issue 13's measured failure, through the real simulator: the same environment
-    failed the shipped reference with the old guard and passes it now, while a candidate
-    that imports ctypes is still refused."""
+    failed the shipped reference with the old guard (and cocotb configuring pytest) and
+    passes it now, while a candidate that imports ctypes is still refused."""
     reference = task.reference_stimulus.read_text()
     with foreign_python_env():
         good = score(task, reference, cache_dir=cache)
@@ -312,6 +312,45 @@ def test_reference_passes_on_a_python_whose_pytest_plugin_loads_ctypes(task, cac
         force_old_guard(monkeypatch)
         old = score(task, reference, cache_dir=cache)
         assert old.status == "runtime_error" and "ctypes is not allowed" in old.detail
+
+
+def test_the_candidate_runs_with_the_collector_on_and_the_start_up_frozen(task, cache):
+    """The guard keeps the garbage collector off while cocotb starts and turns it on,
+    with the start-up's objects frozen out of its passes, as the candidate's code starts."""
+    probe = ("import gc\nassert gc.isenabled(), 'the collector is off'\n"
+             "assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()\n")
+    result = score(task, probe + task.reference_stimulus.read_text(), cache_dir=cache)
+    assert result.status == "ok" and result.passed, result.detail
+
+
+def test_the_stimulus_bytecode_is_its_source_with_asserts_rewritten(tmp_path):
+    """What the simulator's Python imports is the stimulus's own code, its asserts
+    rewritten; changed source beside it is compiled afresh; a stimulus the rewrite cannot
+    take gets no .pyc (it is compiled as it is)."""
+    import subprocess
+
+    from chorus.harness.cocotb_run import stimulus_bytecode, write_stimulus
+
+    write_stimulus(tmp_path, "x = 1\nassert x + 1 == 3\n")
+    cached = [p.name for p in (tmp_path / "__pycache__").iterdir()]
+    assert cached == [f"stimulus.{sys.implementation.cache_tag}.pyc"]
+    run = lambda: subprocess.run([sys.executable, "-c", "import stimulus"], cwd=tmp_path,  # noqa: E731
+                                 capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert "assert (1 + 1) == 3" in run().stderr
+    (tmp_path / "stimulus.py").write_text("x = 1\nassert x + 2 == 4\n")  # not the .pyc's source
+    failed = run().stderr
+    assert failed.rstrip().endswith("AssertionError") and "assert (1 + 2) == 4" not in failed
+    assert stimulus_bytecode(b"def broken(:\n", tmp_path / "stimulus.py") is None
+
+
+def test_a_failed_assert_says_what_it_compared(task, cache):
+    """The stimulus comes with its asserts rewritten by the scorer (no pytest
+    configuration in the simulator): a failure names the values, as pytest's rewriting
+    inside the simulator did."""
+    reference = task.reference_stimulus.read_text()
+    result = score(task, reference + "    assert int(dut.q.value) == 99\n", cache_dir=cache)
+    assert result.status == "runtime_error" and result.claimed_pass is False
+    assert "assert 4 == 99" in result.detail, result.detail
 
 
 # -- chorus-eval / score_generations bookkeeping (issue 13) -----------------------------

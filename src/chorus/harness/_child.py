@@ -28,7 +28,6 @@ import os
 import resource
 import struct
 import sys
-from pathlib import Path
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -360,7 +359,8 @@ def main() -> int:
         mode = _enter_namespaces(True, os.geteuid() == 0) if ARCH is not None else ""
         print(json.dumps({"namespaces": mode}))
         return 0
-    job = json.loads(Path(sys.argv[1]).read_text())
+    with open(sys.argv[1]) as handle:
+        job = json.load(handle)
     report = _open_report(job["confinement_file"])
     try:
         status = confine(job)

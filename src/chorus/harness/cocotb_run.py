@@ -4,7 +4,10 @@ results file and the coverage database. The confinement itself is sandbox.py's."
 
 from __future__ import annotations
 
+import ast
 import functools
+import importlib.util
+import marshal
 import os
 import sys
 import xml.etree.ElementTree as ElementTree
@@ -99,6 +102,9 @@ def simulator_command(
         "COCOTB_RANDOM_SEED": str(seed),
         "COCOTB_RESULTS_FILE": str(out_dir / RESULTS_NAME),
         "COCOTB_RESULTS_ATTACHMENTS": "",
+        # the stimulus comes with its asserts already rewritten (stimulus_bytecode): no
+        # pytest configuration, plugin scan or import hook to set up in every candidate
+        "COCOTB_REWRITE_ASSERTION_FILES": "",
     })
     if guard:
         env["CHORUS_GUARD"] = "1"
@@ -109,6 +115,36 @@ def simulator_command(
     if direct_coverage:
         command += ["--chorus-coverage", f"+verilator+coverage+file+{out_dir / COVERAGE_NAME}"]
     return command, env
+
+
+def stimulus_bytecode(source: bytes, path: Path) -> bytes | None:
+    """The .pyc the simulator's Python loads for the stimulus at `path`: its code with the
+    asserts rewritten as pytest rewrites a test module's (a failed `assert a == b` says
+    what a and b were), as cocotb's import hook would do inside every candidate's run.
+    A hash-checked pyc (PEP 552): used only with exactly this source beside it. None
+    when the rewrite fails (the stimulus is then compiled as it is, plain asserts)."""
+    try:
+        from _pytest.assertion.rewrite import rewrite_asserts
+
+        tree = ast.parse(source, filename=str(path))
+        rewrite_asserts(tree, source, str(path))
+        code = compile(tree, str(path), "exec", dont_inherit=True, optimize=0)  # asserts kept, even under -O
+        body = marshal.dumps(code)
+    except Exception:  # noqa: BLE001  (any failure, pytest's API too: the sandbox compiles the source)
+        return None
+    checked_hash_flags = (0b11).to_bytes(4, "little")
+    return importlib.util.MAGIC_NUMBER + checked_hash_flags + importlib.util.source_hash(source) + body
+
+
+def write_stimulus(home: Path, stimulus_text: str) -> None:
+    """The stimulus module in the candidate's `home`, with its .pyc (stimulus_bytecode)
+    where the simulator's Python looks for it."""
+    stimulus, source = home / f"{STIMULUS_MODULE}.py", stimulus_text.encode()
+    stimulus.write_bytes(source)
+    if (bytecode := stimulus_bytecode(source, stimulus)) is not None:
+        cached = Path(importlib.util.cache_from_source(str(stimulus), optimization=""))
+        cached.parent.mkdir()
+        cached.write_bytes(bytecode)
 
 
 def parse_results(data: bytes | None) -> tuple[int | None, int, list[str]]:
@@ -160,7 +196,7 @@ def run_candidate(
                 f"the sandbox user cannot reach the build {build_dir}: {blocked} is not "
                 "world-traversable (keep the Verilator cache in a readable place, CHORUS_CACHE_DIR)"
             )
-        (folder.home / f"{STIMULUS_MODULE}.py").write_text(stimulus_text)
+        write_stimulus(folder.home, stimulus_text)
         with folder.outputs(OUT_DIR, writes) as outputs:  # outputs.out holds what is kept
             command, sim_env = simulator_command(
                 folder.home, build_dir, toplevel, seed, limits.guard, outputs.out, direct_coverage

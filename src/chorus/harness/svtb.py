@@ -617,7 +617,7 @@ def _simulate(top, folder, env, limits, seed, result, direct_coverage) -> Record
     `direct_coverage`: the score never comes from it."""
     with folder.outputs("simulate", writes=(COVERAGE_NAME, TRACE_NAME)) as outputs:
         run = run_confined(
-            [f"./{MODEL_DIR}/V{RECORD_TOP}", f"+verilator+seed+{seed or 1}", "+verilator+error+limit+1000000",
+            [f"./{MODEL_DIR}/V{RECORD_TOP}", f"+verilator+seed+{seed or 1}", "+verilator+error+limit+1",
              f"+verilator+coverage+file+{outputs.path(COVERAGE_NAME)}", f"+chorus+trace+{outputs.path(TRACE_NAME)}"],
             env, folder, outputs, limits, home_writable=False,
         )
@@ -632,7 +632,12 @@ def _simulate(top, folder, env, limits, seed, result, direct_coverage) -> Record
     if any(m in tail for m in ("std::bad_alloc", "Cannot allocate memory", "out of memory")):
         return result("memory", tail)
     if run.returncode != 0:
-        return result("runtime_error", f"simulation ended abnormally (exit {run.returncode})\n{tail}")
+        # the testbench's own failure report ($error, a failed assertion, $fatal: the
+        # first one stops the run, +verilator+error+limit+1) or a crash: a claim of
+        # failure, which costs the candidate as a failed cocotb test does
+        failure = result("runtime_error", f"simulation ended abnormally (exit {run.returncode})\n{tail}")
+        failure.claimed_pass = False
+        return failure
     return RecordedRun(top, run.returncode, run.wall_s, trace, oversized, coverage_text)
 
 

@@ -18,6 +18,11 @@ refused.
 
 CHORUS_GUARD=from_start refuses from the first event (the behaviour before the above,
 kept so tests can show what it broke).
+
+The garbage collector is off while the environment starts (importing cocotb and pytest
+makes tens of thousands of objects, which the collector would traverse again and
+again) and comes back, with those objects frozen out of its passes (gc.freeze), as the
+candidate's code starts: the candidate runs with the collector as usual.
 """
 
 import os
@@ -123,6 +128,8 @@ def _refusal_rule(blocked_events, path_events, ctypes_modules, is_protected, wri
 
 
 def _install(mode):
+    import gc  # a local: start_candidate looks up nothing the candidate could rebind
+
     blocked_events, path_events, protected, ctypes_modules = _event_rules()
     homes = tuple({os.getcwd(), os.path.realpath(os.getcwd())})
     state = {"candidate_started": mode == "from_start"}
@@ -141,6 +148,8 @@ def _install(mode):
 
     def start_candidate():
         state["candidate_started"] = True
+        gc.freeze()
+        gc.enable()
         for name in list(sys.modules):
             if name.split(".", 1)[0] in ctypes_modules:
                 del sys.modules[name]
@@ -158,6 +167,8 @@ def _install(mode):
         if reason is not None:
             raise PermissionError(f"chorus sandbox: {reason}")
 
+    if not state["candidate_started"]:
+        gc.disable()  # until start_candidate
     sys.addaudithook(guard)
 
 
