@@ -20,8 +20,19 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$WORK" "$OUT"
 export USE_HUB_KERNELS=0 PYTHONPATH=src
 
+# the SFT model's evaluation, at a generation batch that leaves room for the expert
+eval_sft() {
+  "${ls[@]}" --phases eval_sft --gen-batch-size 256 > "$WORK/eval_sft.log" 2>&1
+}
+
+# issue 29's measure on the SFT model: Pass@1 after 1..3 coverage-closure rounds
+rounds() {
+  python3 benchmarks/feedback_rounds.py --model "$WORK/sft_model" --tasks results/smollm2_h200/tasks/manifest.json \
+    --work "$WORK/rounds" --out "$WORK/feedback_rounds.json" "$@" > "$WORK/rounds.log" 2>&1
+}
+
 run() {
-  local ls=(python3 benchmarks/learning_signal.py --model /root/smollm2-135m
+  ls=(python3 benchmarks/learning_signal.py --model /root/smollm2-135m
             --tasks results/smollm2_h200/tasks/manifest.json --work "$WORK" --out "$WORK/learning_signal.json" ${LS_ARGS:-})
   [ -d results/smollm2_h200 ] || tar -xzf benchmarks/data/corpus_smollm2_h200.tar.gz
   # the verdicts of the 2026-12-06 run, keyed by each program's hash: programs of this
@@ -34,16 +45,23 @@ run() {
   "${ls[@]}" --phases sft > "$WORK/sft.log" 2>&1
   # the SFT model's evaluation beside the dense expert's training: a 135M model leaves the
   # GPU room for both (a smaller generation batch keeps their memory apart: other draws of
-  # the same distribution), and the expert needs every training design built first
-  "${ls[@]}" --phases eval_sft --gen-batch-size 256 > "$WORK/eval_sft.log" 2>&1 &
-  local eval_sft=$!
+  # the same distribution), and the expert needs every training design built first. On a
+  # GPU of more than 100 GiB (an H200) the SFT model's coverage-closure rounds (issue 29)
+  # follow that evaluation there too, on fewer simulation workers; on an H100 they wait for
+  # the expert's evaluation (a round's 512 long conversations and the expert do not fit together)
+  local gib side
+  gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+  if ((${gib:-0} > 100000)); then
+    (eval_sft && rounds --workers 6) &
+  else
+    eval_sft &
+  fi
+  side=$!
   wait "$build"
   "${ls[@]}" --phases rl > "$WORK/rl.log" 2>&1
-  wait "$eval_sft"
+  wait "$side"
   "${ls[@]}" --phases eval_rl > "$WORK/eval_rl.log" 2>&1
-  # issue 29's measure on the SFT model: Pass@1 after 1..3 coverage-closure rounds
-  python3 benchmarks/feedback_rounds.py --model "$WORK/sft_model" --tasks results/smollm2_h200/tasks/manifest.json \
-    --work "$WORK/rounds" --out "$WORK/feedback_rounds.json" > "$WORK/rounds.log" 2>&1
+  [ -e "$WORK/feedback_rounds.json" ] || rounds
   "${ls[@]}" --phases rl_binary eval_rl_binary > "$WORK/rl_binary.log" 2>&1
   echo "run: every phase ran" > "$WORK/finished"
 }
@@ -71,7 +89,7 @@ case "${1:?usage: learning_signal_plan.sh start|poll [SECONDS]}" in
 start)
   [ -d /root/smollm2-135m ] || bash benchmarks/device/prepare.sh install
   [ -e "$WORK/finished" ] && rm "$WORK/finished"
-  export -f run
+  export -f run eval_sft rounds
   export LS_ARGS
   WORK=$WORK setsid nohup bash -c run > "$WORK/run.log" 2>&1 < /dev/null &
   follow "${2:-540}"
