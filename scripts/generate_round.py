@@ -1,7 +1,6 @@
 """A later coverage-closure round of one model (eval.rounds, docs/rounds.md): one
 completion per sample that no earlier round passed, its conversation continued with its
-answers and the harness's feedback on each. (scripts/generate.py, round 1, is left as it
-is: an edited script re-runs every job of its rule.)"""
+answers and the harness's feedback on each. Round 1 is scripts/generate.py."""
 
 from chorus.generate import sample_completions
 from chorus.io import script_logging
