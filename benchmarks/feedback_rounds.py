@@ -34,6 +34,7 @@ from chorus.io import atomic_write_json, read_jsonl
 from chorus.prompts import extract_answer
 from chorus.report import per_sample_table, round_table
 from chorus.rounds import attempts, merged_rows, next_conversations, round_seed
+from chorus.settings import Sampling
 from chorus.tasks import load_tasks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -77,9 +78,10 @@ def run_round(args, model: Path, tasks: list, number: int, earlier: list) -> tup
     conversations = None if number == 1 else next_conversations({t.id: t for t in tasks}, attempts(earlier))
     generations = args.work / f"gen_r{number}.jsonl"
     stats = timed(timings, "generate_s", lambda: sample_completions(
-        model, tasks, protocol["k"], generations, temperature=protocol["temperature"], top_p=protocol["top_p"],
-        max_new_tokens=protocol["max_new_tokens"], batch_size=args.gen_batch_size, seed=round_seed(0, number),
-        device="cpu" if args.smoke else None, sampler="auto", conversations=conversations))
+        model, tasks, protocol["k"], generations,
+        Sampling(temperature=protocol["temperature"], top_p=protocol["top_p"],
+                 max_new_tokens=protocol["max_new_tokens"], sampler="auto", batch_size=args.gen_batch_size),
+        seed=round_seed(0, number), device="cpu" if args.smoke else None, conversations=conversations))
     rows = read_jsonl(generations)
     sandbox, timeouts = limits(args)
     scores = timed(timings, "score_s", lambda: score_generations(

@@ -22,7 +22,7 @@ from chorus.merge import mergekit_config, run_merge
 from chorus.modeling import build_model_from_shape, build_tiny_model, task_corpus
 from chorus.prompts import extract_stimulus
 from chorus.rl import train_expert
-from chorus.settings import GRPOExpert, SFTStage
+from chorus.settings import GRPOExpert, Sampling, SFTStage
 from chorus.sft import train_stage
 from chorus.tasks import load_tasks
 
@@ -76,8 +76,8 @@ def main() -> None:
     by_id = {t.id: t for t in test}
     for name, path in models.items():
         out = root / f"gen_{name}.jsonl"
-        stats = timed(f"generate_{name}", lambda: sample_completions(path, test, args.k, out, max_new_tokens=256,
-                                                                     device="cuda"))
+        stats = timed(f"generate_{name}", lambda: sample_completions(path, test, args.k, out,
+                                                                     Sampling(max_new_tokens=256), device="cuda"))
         rows = [json.loads(line) for line in out.read_text().splitlines()]
         results = timed(f"score_{name}", lambda: score_many(
             [(by_id[r["task_id"]], extract_stimulus(r["completion"])) for r in rows], workers=14))

@@ -46,6 +46,7 @@ from chorus.harness.timeouts import TimeoutPolicy
 from chorus.io import atomic_write_json, read_jsonl, write_jsonl
 from chorus.metrics import bootstrap_interval, paired_bootstrap_interval, pass_at_k
 from chorus.prompts import extract_answer, format_completion, is_cut_off
+from chorus.settings import Sampling
 from chorus.synth.corpus import design_of
 from chorus.synth.program import Budget, draw_budgets, render_program
 from chorus.tasks import load_manifest, load_tasks
@@ -239,9 +240,9 @@ def phase_eval(args, train, evaluation, model: str) -> dict:
     protocol = args.protocol
     stats = timed(timings, "generate_s", lambda: sample_completions(
         args.work / f"{model}_model", evaluation, protocol["k"], generations,
-        temperature=protocol["temperature"], top_p=protocol["top_p"],
-        max_new_tokens=protocol["max_new_tokens"], batch_size=args.gen_batch_size,
-        device="cpu" if args.smoke else None, sampler="auto"))
+        Sampling(temperature=protocol["temperature"], top_p=protocol["top_p"],
+                 max_new_tokens=protocol["max_new_tokens"], sampler="auto", batch_size=args.gen_batch_size),
+        device="cpu" if args.smoke else None))
     rows = read_jsonl(generations)
     scored = timed(timings, "score_s", lambda: score_generations(
         rows, {t.id: t for t in evaluation}, args.work / f"scores_{model}.jsonl", workers=args.workers,

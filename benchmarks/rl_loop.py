@@ -194,6 +194,7 @@ def bench_generation(model_dir: Path, tasks, sizes: dict, device: str, deadline:
 
     from chorus.generate import StaticDecoder, continuous_batching_kwargs, sample_completions
     from chorus.modeling import load_model_and_tokenizer
+    from chorus.settings import Sampling
 
     model, tokenizer = load_model_and_tokenizer(model_dir, device)
     model.eval()
@@ -262,7 +263,8 @@ def bench_generation(model_dir: Path, tasks, sizes: dict, device: str, deadline:
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 results[f"eval_sampler_{sampler}"] = sample_completions(
-                    model_dir, tasks, k, Path(tmp) / "g.jsonl", max_new_tokens=new, device=device, sampler=sampler)
+                    model_dir, tasks, k, Path(tmp) / "g.jsonl", Sampling(max_new_tokens=new, sampler=sampler),
+                    device=device)
         except Exception as err:
             results[f"eval_sampler_{sampler}"] = {"error": repr(err)[:800]}
         report.detail("generate", results)

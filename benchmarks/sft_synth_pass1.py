@@ -44,6 +44,7 @@ from chorus.harness.timeouts import TimeoutPolicy
 from chorus.io import atomic_write_json, read_jsonl
 from chorus.metrics import bootstrap_interval, paired_bootstrap_interval, pass_at_k
 from chorus.prompts import extract_answer
+from chorus.settings import Sampling
 from chorus.synth.corpus import shard_jobs
 from chorus.synth.verify import generate_and_verify
 from chorus.tasks import load_manifest, load_task, load_tasks
@@ -304,9 +305,10 @@ def phase_eval(args) -> dict:
         timings: dict = {}
         generations = args.work / f"gen_{name}.jsonl"
         gen_stats = timed(timings, "generate_s", lambda: sample_completions(
-            model, tasks, args.k, generations, temperature=args.temperature,
-            max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch_size, seed=args.seed,
-            device="cpu" if args.smoke else None, sampler=args.sampler))
+            model, tasks, args.k, generations,
+            Sampling(temperature=args.temperature, max_new_tokens=args.max_new_tokens, sampler=args.sampler,
+                     batch_size=args.gen_batch_size),
+            seed=args.seed, device="cpu" if args.smoke else None))
         rows = read_jsonl(generations)
         timed(timings, "prebuild_wait_s", lambda: [build.result() for build in prebuilt])
         scored = timed(timings, "score_s", lambda: score_generations(

@@ -1,18 +1,18 @@
 """A later coverage-closure round of one model (eval.rounds, docs/rounds.md): one
 completion per sample that no earlier round passed, its conversation continued with its
-answers and the harness's feedback on each. (scripts/generate.py, round 1, is left as it
-is: an edited script re-runs every job of its rule.)"""
+answers and the harness's feedback on each. Round 1 is scripts/generate.py."""
 
 from chorus.generate import sample_completions
 from chorus.io import script_logging
 from chorus.plan import job_settings
 from chorus.rounds import attempts, next_conversations, read_rounds, round_seed
+from chorus.settings import Sampling
 from chorus.tasks import load_manifest, tasks_by_id
 from chorus.training import resolve_device
 
 with script_logging(snakemake):
     settings = job_settings(snakemake.params, snakemake.config)
-    pool, sampling = settings["pool"], settings["sampling"]
+    pool = settings["pool"]
     tasks = load_manifest(snakemake.input.manifest, splits=pool["splits"])
     earlier = read_rounds(list(snakemake.input.generations), list(snakemake.input.shards))
     sample_completions(
@@ -20,12 +20,8 @@ with script_logging(snakemake):
         tasks,
         pool["k"],
         snakemake.output.generations,
-        temperature=sampling["temperature"],
-        top_p=sampling["top_p"],
-        max_new_tokens=sampling["max_new_tokens"],
+        Sampling.from_job(settings["sampling"]),
         seed=round_seed(snakemake.params.seed, settings["round"]),
         device=resolve_device(snakemake.params.device),
-        sampler=sampling["sampler"],
-        batch_size=sampling["batch_size"],
         conversations=next_conversations(tasks_by_id(tasks), attempts(earlier)),
     )

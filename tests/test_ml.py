@@ -36,7 +36,7 @@ from chorus.prompts import build_prompt, extract_stimulus, render_prompt  # noqa
 from chorus.report import summary_table  # noqa: E402
 from chorus.reward import CoverageReward, format_reward  # noqa: E402
 from chorus.rl import train_expert  # noqa: E402
-from chorus.settings import GRPOExpert, SFTStage  # noqa: E402
+from chorus.settings import GRPOExpert, Sampling, SFTStage  # noqa: E402
 from chorus.sft import train_stage  # noqa: E402
 from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks  # noqa: E402
 from chorus.training import kernel_settings, work_dir_for  # noqa: E402
@@ -435,7 +435,7 @@ def test_pass_at_k_rejects_bad_counts_and_aggregates():
 def test_generation_writes_k_rows_and_resumes(base, tmp_path):
     tasks = TRAIN[:2]
     out = tmp_path / "gen.jsonl"
-    stats = sample_completions(base, tasks, 3, out, max_new_tokens=8, device="cpu")
+    stats = sample_completions(base, tasks, 3, out, Sampling(max_new_tokens=8), device="cpu")
     rows = read_jsonl(out)
     assert [(r["task_id"], r["sample_id"]) for r in rows] == [(t.id, i) for t in tasks for i in range(3)]
     assert stats["generated"] == 6 and stats["new_tokens"] > 0
@@ -443,11 +443,11 @@ def test_generation_writes_k_rows_and_resumes(base, tmp_path):
     partial = tmp_path / "again.jsonl.partial"
     kept = [dict(rows[0], completion="KEPT-0"), dict(rows[1], completion="KEPT-1")]
     partial.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    stats = sample_completions(base, tasks, 3, tmp_path / "again.jsonl", max_new_tokens=8)
+    stats = sample_completions(base, tasks, 3, tmp_path / "again.jsonl", Sampling(max_new_tokens=8))
     again = read_jsonl(tmp_path / "again.jsonl")
     assert [r["completion"] for r in again[:2]] == ["KEPT-0", "KEPT-1"]
     assert stats["samples"] == 6 and stats["resumed"] == 2 and stats["generated"] == 4 and len(again) == 6
     assert not partial.exists()
     # sampling is seeded: a fresh run draws exactly the same samples
-    sample_completions(base, tasks, 3, tmp_path / "fresh.jsonl", max_new_tokens=8)
+    sample_completions(base, tasks, 3, tmp_path / "fresh.jsonl", Sampling(max_new_tokens=8))
     assert read_jsonl(tmp_path / "fresh.jsonl") == rows

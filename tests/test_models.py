@@ -26,7 +26,7 @@ from chorus.modeling import (
 )
 from chorus.plan import ConfigError, Plan
 from chorus.prompts import build_prompt, render_prompt
-from chorus.settings import SFTStage
+from chorus.settings import Sampling, SFTStage
 from chorus.sft import train_stage
 from conftest import default_config, run_snakemake, write_config
 from test_workflow_dag import job_counts
@@ -80,7 +80,7 @@ def test_smollm2_preset_converts_to_a_dense_model_that_answers(smollm2):
 @needs_smollm2
 def test_smollm2_samples_through_the_project_sampler(smollm2, task, tmp_path):
     out = tmp_path / "generations.jsonl"
-    stats = sample_completions(smollm2, [task], 2, out, max_new_tokens=16, device="cpu")
+    stats = sample_completions(smollm2, [task], 2, out, Sampling(max_new_tokens=16), device="cpu")
     rows = read_jsonl(out)
     assert [(r["task_id"], r["sample_id"]) for r in rows] == [(task.id, 0), (task.id, 1)]
     assert stats["new_tokens"] > 0 and all(r["completion"].strip() for r in rows)

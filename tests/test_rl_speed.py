@@ -25,7 +25,7 @@ from chorus.io import read_jsonl  # noqa: E402
 from chorus.modeling import build_tiny_model, task_corpus  # noqa: E402
 from chorus.rl import train_expert  # noqa: E402
 from chorus.rollouts import resolve_rollout_backend, rollout_settings  # noqa: E402
-from chorus.settings import GRPOExpert  # noqa: E402
+from chorus.settings import GRPOExpert, Sampling  # noqa: E402
 from chorus.sft import estimate_train_flops  # noqa: E402
 from chorus.tasks import DEFAULT_TASK_ROOT, load_task, load_tasks  # noqa: E402
 from chorus.training import kernel_settings  # noqa: E402
@@ -78,7 +78,7 @@ def test_config_keys_reach_vllm(vllm_installed):
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
 def test_vllm_sampler_without_the_package_names_it(tmp_path):
     with pytest.raises(RuntimeError, match="needs the vllm package"):
-        sample_completions(tmp_path / "no-model", TRAIN[:1], 1, tmp_path / "out.jsonl", sampler="vllm")
+        sample_completions(tmp_path / "no-model", TRAIN[:1], 1, tmp_path / "out.jsonl", Sampling(sampler="vllm"))
 
 
 def test_auto_rollout_backend_avoids_the_static_decoder_under_deepspeed():
@@ -96,10 +96,12 @@ def test_fast_samplers_match_generate_under_greedy_decoding(base, tmp_path, samp
     (left-padded prompts of different lengths) too, with 4 slots for the 6 rows (a slot
     takes the next row as its row ends)."""
     tasks = TRAIN[:3]
-    plain = sample_completions(base, tasks, 2, tmp_path / "plain.jsonl", temperature=0, max_new_tokens=12,
-                               device="cpu", batch_size=1, sampler="generate")
-    fast = sample_completions(base, tasks, 2, tmp_path / "fast.jsonl", temperature=0, max_new_tokens=12,
-                              device="cpu", sampler=sampler, batch_size=4)
+    plain = sample_completions(base, tasks, 2, tmp_path / "plain.jsonl",
+                               Sampling(temperature=0, max_new_tokens=12, sampler="generate", batch_size=1),
+                               device="cpu")
+    fast = sample_completions(base, tasks, 2, tmp_path / "fast.jsonl",
+                              Sampling(temperature=0, max_new_tokens=12, sampler=sampler, batch_size=4),
+                              device="cpu")
     assert (plain["sampler"], fast["sampler"]) == ("generate", sampler)
     rows_plain, rows_fast = read_jsonl(tmp_path / "plain.jsonl"), read_jsonl(tmp_path / "fast.jsonl")
     assert [(r["task_id"], r["sample_id"]) for r in rows_fast] == [(t.id, i) for t in tasks for i in range(2)]
@@ -360,8 +362,9 @@ def test_token_draws_follow_the_nucleus():
 def test_fast_sampling_is_seeded(base, tmp_path, sampler):
     tasks = TRAIN[:2]
     for name in ("a", "b"):
-        sample_completions(base, tasks, 3, tmp_path / f"{name}.jsonl", temperature=1.0, top_p=0.9,
-                           max_new_tokens=10, device="cpu", sampler=sampler, seed=7)
+        sample_completions(base, tasks, 3, tmp_path / f"{name}.jsonl",
+                           Sampling(temperature=1.0, top_p=0.9, max_new_tokens=10, sampler=sampler),
+                           device="cpu", seed=7)
     first, again = read_jsonl(tmp_path / "a.jsonl"), read_jsonl(tmp_path / "b.jsonl")
     assert first == again
     assert len({r["completion"] for r in first}) > 1  # sampled, not greedy

@@ -15,6 +15,7 @@ from chorus.modeling import build_tiny_model, load_tokenizer, task_corpus
 from chorus.prompts import FEEDBACK_HEADING, extract_answer, format_completion, render_prompt
 from chorus.report import per_sample_table, round_table, summary_table
 from chorus.rounds import attempts, merged_rows, next_conversations, round_seed
+from chorus.settings import Sampling
 
 K = 3
 
@@ -36,12 +37,12 @@ def two_rounds(task, cache, tiny, tmp_path_factory):
     """Round 1: K samples of the tiny model, sample 0's answer replaced by the reference
     (it passes); round 2: the others again, with their feedback."""
     folder = tmp_path_factory.mktemp("two_rounds")
-    sample_completions(tiny, [task], K, folder / "gen1.jsonl", max_new_tokens=16, device="cpu")
+    sample_completions(tiny, [task], K, folder / "gen1.jsonl", Sampling(max_new_tokens=16), device="cpu")
     first = read_jsonl(folder / "gen1.jsonl")
     first[0]["completion"] = format_completion(task.reference_stimulus.read_text())
     scores1 = _score(task, cache, first, folder / "scores1.jsonl")
     conversations = next_conversations({task.id: task}, attempts([(first, scores1)]))
-    sample_completions(tiny, [task], K, folder / "gen2.jsonl", max_new_tokens=16, device="cpu",
+    sample_completions(tiny, [task], K, folder / "gen2.jsonl", Sampling(max_new_tokens=16), device="cpu",
                        seed=round_seed(0, 2), conversations=conversations)
     second = read_jsonl(folder / "gen2.jsonl")
     scores2 = _score(task, cache, second, folder / "scores2.jsonl")
@@ -103,7 +104,7 @@ def test_a_round_resumes_where_it_stopped(task, tiny, two_rounds):
     again = folder / "again2.jsonl"
     kept = {"task_id": task.id, "sample_id": 1, "completion": "KEPT", "new_tokens": 1}
     again.with_name("again2.jsonl.partial").write_text(json.dumps(kept) + "\n")
-    stats = sample_completions(tiny, [task], K, again, max_new_tokens=16, device="cpu", seed=round_seed(0, 2),
+    stats = sample_completions(tiny, [task], K, again, Sampling(max_new_tokens=16), device="cpu", seed=round_seed(0, 2),
                                conversations=conversations)
     rows = read_jsonl(again)
     assert stats["resumed"] == 1 and stats["generated"] == 1

@@ -1,10 +1,10 @@
-"""The training core shared by SFT and GRPO (chorus.training) and the settings the workflow's
-training jobs hand to it, without training anything."""
+"""The training core shared by SFT and GRPO (chorus.training) and the settings objects the
+workflow's jobs hand to their job functions, without training anything."""
 
 import pytest
 import torch
 
-from chorus.settings import GRPOExpert, SFTStage
+from chorus.settings import GRPOExpert, Sampling, SFTStage
 from chorus.training import precision_flags, resolve_device, work_dir_for
 
 
@@ -65,3 +65,25 @@ def test_grpo_expert_of_a_job_keeps_its_nulls_and_names():
     assert expert.save_steps == config["rl"]["save_steps"] and expert.num_generations == config["rl"]["num_generations"]
     with pytest.raises(KeyError, match="save_steps"):
         GRPOExpert.from_job(params["expert"])
+
+
+def test_sampling_of_a_job_is_the_schema_eval_keys_it_names():
+    """scripts/generate.py makes the rule's `sampling` params one Sampling: its fields are
+    the schema's `eval` keys of the same names, with the schema's defaults; a null
+    batch_size (left out of the params) comes back null; a missing key fails."""
+    from chorus.config import load_schema
+    from chorus.plan import Plan, job_settings
+    from conftest import default_config
+
+    schema_eval = load_schema()["properties"]["eval"]["properties"]
+    assert Sampling() == Sampling(**{k: schema_eval[k]["default"] for k in Sampling.CONFIGURED})
+    config = default_config()
+    params = {"sampling": Plan(config).sampling()}
+    assert "batch_size" not in params["sampling"]
+    assert Sampling.from_job(job_settings(params, config)["sampling"]) == Sampling()
+    config["eval"].update(batch_size=512, max_new_tokens=768, sampler="static")
+    params = {"sampling": Plan(config).sampling()}
+    assert Sampling.from_job(job_settings(params, config)["sampling"]) == Sampling(
+        max_new_tokens=768, sampler="static", batch_size=512)
+    with pytest.raises(KeyError, match="top_p"):
+        Sampling.from_job({k: v for k, v in params["sampling"].items() if k != "top_p"})

@@ -23,6 +23,7 @@ from pathlib import Path
 from chorus.io import Progress
 from chorus.journal import Journal, journal_path
 from chorus.prompts import build_prompt, render_prompt
+from chorus.settings import Sampling
 from chorus.tasks import Task
 from chorus.training import resolve_device
 
@@ -42,18 +43,15 @@ def sample_completions(
     tasks: list[Task],
     k: int,
     out_jsonl: str | Path,
+    sampling: Sampling,
     *,
-    temperature: float = 0.8,
-    top_p: float = 0.95,
-    max_new_tokens: int = 512,
-    batch_size: int | None = None,
     seed: int = 0,
     device: str | None = None,
     dtype=None,
-    sampler: str = "auto",
     conversations: dict[tuple[str, int], list[dict]] | None = None,
 ) -> dict:
-    """Write k completions per task to `out_jsonl` and return statistics (samples,
+    """Write k completions per task to `out_jsonl`, drawn as `sampling` says (temperature,
+    top_p, max_new_tokens, sampler, batch_size), and return statistics (samples,
     new_tokens, seconds, tokens_per_s, resumed). Pending (task, sample) pairs are drawn
     `batch_size` at a time (default 64 on cuda, 8 on cpu), across tasks, left-padded;
     each batch is seeded by (seed, its first task and sample id), so a re-run with the
@@ -78,7 +76,7 @@ def sample_completions(
         if (task_id, sample_id) not in journal.done:
             todo.setdefault(task_id, []).append(sample_id)
     start, new_tokens = time.perf_counter(), 0
-    sampler = resolve_sampler(sampler, device)
+    sampler = resolve_sampler(sampling.sampler, device)
     if todo:
         draw = {"generate": _hf_sampler, "continuous": _continuous_sampler, "static": _static_sampler,
                 "vllm": _vllm_sampler}[sampler]
@@ -86,8 +84,8 @@ def sample_completions(
         with journal:
             for task_id, sample_id, text, n_tokens in draw(
                 model_dir, [t for t in tasks if t.id in todo], todo,
-                temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                batch_size=batch_size, seed=seed, device=device, dtype=dtype, conversations=conversations,
+                temperature=sampling.temperature, top_p=sampling.top_p, max_new_tokens=sampling.max_new_tokens,
+                batch_size=sampling.batch_size, seed=seed, device=device, dtype=dtype, conversations=conversations,
             ):
                 new_tokens += n_tokens
                 journal.append({"task_id": task_id, "sample_id": sample_id, "completion": text,

@@ -1,4 +1,4 @@
-"""The settings a training job acts on, one object each, like TRL's SFTConfig and GRPOConfig.
+"""The settings a job acts on, one object each, like TRL's SFTConfig and GRPOConfig.
 
 Each is named and shaped like its section of config/config.schema.yaml, so a setting keeps
 its schema name from the YAML to the library call: the Plan builds the section's values
@@ -109,3 +109,24 @@ class GRPOExpert:
         """The expert of a workflow RL job: its `expert` params (Plan.expert, completed by
         plan.job_settings)."""
         return _from_config(cls, expert)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a pool's completions are drawn: config `eval`'s sampling keys (Plan.sampling),
+    which the eval and harvest pools share. `batch_size` None: the sampler's own
+    (chorus.generate.sample_completions)."""
+
+    CONFIGURED: ClassVar[tuple[str, ...]] = ("temperature", "top_p", "max_new_tokens", "sampler", "batch_size")
+
+    temperature: float = 0.8
+    top_p: float = 0.95
+    max_new_tokens: int = 48
+    sampler: str = "auto"
+    batch_size: int | None = None
+
+    @classmethod
+    def from_job(cls, sampling: dict) -> Sampling:
+        """The sampling of a workflow generation job: its `sampling` params (Plan.sampling,
+        batch_size put back by plan.job_settings)."""
+        return _from_config(cls, sampling)
