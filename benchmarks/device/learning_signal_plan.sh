@@ -6,6 +6,7 @@
 #        starts the run detached (it outlives the call) and follows it for SECONDS (default 540)
 #   bash benchmarks/device/learning_signal_plan.sh poll [SECONDS]    follows it again
 # LS_PLAN=rounds: only the SFT model and its feedback rounds (a lease too short for the expert).
+# FR_ARGS: more arguments for benchmarks/feedback_rounds.py (e.g. `--rounds 2`).
 # LS_ARGS: more arguments for every phase of benchmarks/learning_signal.py (e.g. a shorter
 # `--rl-steps` when the lease has less time left than the whole run needs).
 # Both copy what exists so far (phase records, report, logs, generations and scores) to
@@ -29,7 +30,7 @@ eval_sft() {
 # issue 29's measure on the SFT model: Pass@1 after 1..3 coverage-closure rounds
 rounds() {
   python3 benchmarks/feedback_rounds.py --model "$WORK/sft_model" --tasks results/smollm2_h200/tasks/manifest.json \
-    --work "$WORK/rounds" --out "$WORK/feedback_rounds.json" "$@" > "$WORK/rounds.log" 2>&1
+    --work "$WORK/rounds" --out "$WORK/feedback_rounds.json" ${FR_ARGS:-} "$@" > "$WORK/rounds.log" 2>&1
 }
 
 run() {
@@ -97,7 +98,7 @@ start)
   [ -d /root/smollm2-135m ] || bash benchmarks/device/prepare.sh install
   [ -e "$WORK/finished" ] && rm "$WORK/finished"
   export -f run eval_sft rounds
-  export LS_ARGS LS_PLAN
+  export LS_ARGS LS_PLAN FR_ARGS
   WORK=$WORK setsid nohup bash -c run > "$WORK/run.log" 2>&1 < /dev/null &
   follow "${2:-540}"
   ;;
