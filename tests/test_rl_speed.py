@@ -445,6 +445,24 @@ def test_simulations_started_early_give_the_same_rewards():
     assert again == [1.0] and early.calls[-1]["started_early"] == 0
 
 
+@pytest.mark.slow  # builds
+def test_closed_reward_lets_the_process_exit_before_its_queued_builds(tmp_path):
+    """A GRPO job's process ends when training ends (train_expert closes its reward):
+    the background builds not started yet are dropped, so the interpreter's exit waits
+    for at most the builds in flight, not for every design of the task set."""
+    script = (
+        "from chorus.reward import CoverageReward\n"
+        "from chorus.tasks import DEFAULT_TASK_ROOT, load_tasks\n"
+        "CoverageReward(load_tasks(DEFAULT_TASK_ROOT), workers=1).close()\n"
+    )
+    cache = tmp_path / "verilator"
+    env = {**os.environ, "CHORUS_CACHE_DIR": str(cache), "CCACHE_DISABLE": "1"}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=600)
+    designs = len({t.design_hash() for t in load_tasks(DEFAULT_TASK_ROOT)})
+    built = [d for d in cache.iterdir() if d.is_dir()] if cache.exists() else []
+    assert designs > 10 and len(built) <= 2  # the two prebuild threads' first designs at most
+
+
 # --- per-task simulation timeouts --------------------------------------------------------
 
 
