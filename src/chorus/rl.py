@@ -205,7 +205,7 @@ def grpo_config(expert: GRPOExpert, backend: str, work_dir: Path, flags: dict, t
         learning_rate=expert.lr,
         beta=expert.beta,
         temperature=expert.temperature,
-        top_p=expert.top_p,
+        top_p=1.0 if expert.top_p is None else expert.top_p,
         num_generations=expert.num_generations,
         max_completion_length=expert.max_completion_length,
         per_device_train_batch_size=batch,

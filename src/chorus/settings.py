@@ -74,7 +74,7 @@ class GRPOExpert:
 
     CONFIGURED: ClassVar[tuple[str, ...]] = (
         "name", "from_stage", "reward", "seed", "splits", "difficulties", "lr", "steps", "beta", "num_generations",
-        "max_completion_length", "temperature", "format_weight", "batch_size", "steps_per_generation", "save_steps",
+        "max_completion_length", "temperature", "top_p", "format_weight", "batch_size", "steps_per_generation", "save_steps",
         "rollout_backend", "rounds",
     )
 
@@ -98,7 +98,7 @@ class GRPOExpert:
     rounds: int | None = None  # coverage-closure rounds per episode (None: one)
     epochs: float = 1.0
     grad_accum: int = 1
-    top_p: float = 1.0  # rollouts' nucleus (TRL's default: none)
+    top_p: float | None = None  # rollouts' nucleus (None: none, TRL's 1.0)
     gradient_checkpointing: bool = False
     early_rewards: bool = True
     rollout_compile: bool = False
