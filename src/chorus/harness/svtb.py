@@ -452,11 +452,10 @@ def _confined_env(workdir: Path) -> dict[str, str]:
 
 @dataclass
 class RecordedRun:
-    """What the scorer keeps of Run 1 (the candidate's testbench, sandboxed): how it
-    ended, the inputs it recorded, and, for tests, its own coverage of the instance."""
+    """What the scorer keeps of Run 1 (the candidate's testbench, sandboxed) when it ended
+    normally: the inputs it recorded, and, for tests, its own coverage of the instance."""
 
     top: str
-    returncode: int | None
     wall_s: float
     trace: bytes | None
     trace_oversized: bool
@@ -489,7 +488,7 @@ def score_testbench(
     except Exception as err:  # the replay itself failed: report, never crash the caller
         return failed(task, "sandbox_error", f"the replay failed: {err!r}", time.monotonic() - start)
     result.sim_time_s = round(time.monotonic() - start, 3)
-    result.claimed_pass = recorded.returncode == 0
+    result.claimed_pass = True  # Run 1 ended normally: no $error, assertion or $fatal fired
     return result
 
 
@@ -638,7 +637,7 @@ def _simulate(top, folder, env, limits, seed, result, direct_coverage) -> Record
         failure = result("runtime_error", f"simulation ended abnormally (exit {run.returncode})\n{tail}")
         failure.claimed_pass = False
         return failure
-    return RecordedRun(top, run.returncode, run.wall_s, trace, oversized, coverage_text)
+    return RecordedRun(top, run.wall_s, trace, oversized, coverage_text)
 
 
 def run1_instance_points(text: str, top: str, instance: str) -> dict[tuple, int]:
