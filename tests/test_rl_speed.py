@@ -201,6 +201,31 @@ def test_static_decoder_drops_finished_rows_from_the_batch(base, monkeypatch):
     assert all(heard[row] == [tokens[row, : int(lengths[row])].tolist()] for row in range(6))
 
 
+def test_static_decoder_frees_its_cache_when_the_run_ends(base):
+    """Nothing of a run outlives it without Python's cyclic collector: no cache layer (the
+    KV tensors) and no run state stays allocated beside the training step that follows a
+    rollout batch, with slots refilled (prefills into caches of their own) and compaction."""
+    import gc
+
+    from transformers.cache_utils import StaticLayer
+
+    from chorus.generate import StaticDecoder, _DecodeRun
+
+    model, tokenizer, inputs, _ = static_decoder_on_prompts(base, TRAIN[:6])
+    decoder = StaticDecoder(model)
+    decoder.CHECK_EVERY, decoder.COMPACT_MIN_ROWS = 4, 2
+    gc.collect()
+    gc.disable()
+    try:
+        for slots in (None, 2):
+            decoder.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=24, temperature=0,
+                             pad_id=tokenizer.pad_token_id, slots=slots)
+        left = [type(o).__name__ for o in gc.get_objects() if isinstance(o, (StaticLayer, _DecodeRun))]
+    finally:
+        gc.enable()
+    assert left == []
+
+
 def test_static_decoder_refills_slots_as_rows_end(base, monkeypatch):
     """With fewer slots than rows, a slot whose row has ended takes the next waiting row:
     every row gets the tokens it gets when all rows decode at once (greedy), in the

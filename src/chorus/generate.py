@@ -17,6 +17,7 @@ import inspect
 import logging
 import time
 import types
+import weakref
 import zlib
 from pathlib import Path
 
@@ -420,9 +421,14 @@ class StaticDecoder:
     def _write_per_row(layer, state) -> None:
         """The cache layer's update, made to write each row's one new key and value to
         that row's own position (`state.write_pos`): rows admitted at different steps sit at
-        different positions of the cache."""
+        different positions of the cache. The update holds its layer weakly: a closure
+        over the layer, set on the layer, is a reference cycle, and the KV cache (tens of
+        GiB for a rollout batch) would stay allocated after the run, beside the training
+        step, until Python's cyclic collector happened to run."""
+        layer_ref = weakref.ref(layer)
 
         def update(key_states, value_states, *args, **kwargs):
+            layer = layer_ref()
             at = state.write_pos.view(-1, 1, 1, 1)
             layer.keys.scatter_(2, at.expand(-1, key_states.shape[1], 1, key_states.shape[3]), key_states)
             layer.values.scatter_(2, at.expand(-1, value_states.shape[1], 1, value_states.shape[3]), value_states)
