@@ -6,6 +6,7 @@
 #        starts the run detached (it outlives the call) and follows it for SECONDS (default 540)
 #   bash benchmarks/device/learning_signal_plan.sh poll [SECONDS]    follows it again
 # LS_PLAN=rounds: only the SFT model and its feedback rounds (a lease too short for the expert).
+# LS_PLAN=dense: every phase but the binary-reward ablation.
 # FR_ARGS: more arguments for benchmarks/feedback_rounds.py (e.g. `--rounds 2`).
 # LS_ARGS: more arguments for every phase of benchmarks/learning_signal.py (e.g. a shorter
 # `--rl-steps` when the lease has less time left than the whole run needs).
@@ -21,6 +22,9 @@ WORK=/root/ls
 OUT=${OUT:-/tmp/out}
 mkdir -p "$WORK" "$OUT"
 export USE_HUB_KERNELS=0 PYTHONPATH=src
+# the allocator PyTorch's out-of-memory message recommends: the dense expert's OOM (2026-12-07)
+# had 3.3 GiB reserved but unallocated in fragments
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
 # the SFT model's evaluation, at a generation batch that leaves room for the expert
 eval_sft() {
@@ -68,8 +72,16 @@ run() {
   wait "$build"
   "${ls[@]}" --phases rl > "$WORK/rl.log" 2>&1
   wait "$side"
-  "${ls[@]}" --phases eval_rl > "$WORK/eval_rl.log" 2>&1
+  if [ -d "$WORK/rl_model" ]; then
+    "${ls[@]}" --phases eval_rl > "$WORK/eval_rl.log" 2>&1
+  else
+    echo "no rl_model: the dense expert's training failed (rl.log)" > "$WORK/eval_rl.log"
+  fi
   [ -e "$WORK/feedback_rounds.json" ] || rounds
+  if [ "${LS_PLAN:-all}" = dense ]; then  # the binary ablation measured already
+    echo "run: every phase but the binary ablation ran" > "$WORK/finished"
+    return
+  fi
   "${ls[@]}" --phases rl_binary eval_rl_binary > "$WORK/rl_binary.log" 2>&1
   echo "run: every phase ran" > "$WORK/finished"
 }

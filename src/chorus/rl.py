@@ -23,6 +23,7 @@ from chorus.rollouts import (
     RolloutTimer,
     RoundEpisodes,
     final_answer_reward,
+    gpu_allocated_gib,
     prompt_tasks,
     resolve_rollout_backend,
     rollout_settings,
@@ -242,6 +243,7 @@ def run_breakdown(coverage: CoverageReward, timer: RolloutTimer, runtime: float)
             "simulations": simulations,
             "simulations_started_early": sum(c["started_early"] for c in coverage.calls),
             "simulations_per_s": simulations / simulating_s if simulating_s else None,
+            "peak_gpu_allocated_gib": gpu_allocated_gib(peak=True),
         },
     }
 

@@ -130,6 +130,15 @@ def static_rollouts(trainer, on_finished=None, compile: bool = False, slots: int
     return decoders
 
 
+def gpu_allocated_gib(peak: bool = False) -> float | None:
+    """The GPU memory PyTorch holds allocated now (or its peak so far), in GiB; None without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return (torch.cuda.max_memory_allocated() if peak else torch.cuda.memory_allocated()) / 2**30
+
+
 class RolloutTimer:
     """Times the trainer's rollouts (TRL's `_generate_single_turn`, wrapped on the instance)
     and its optimizer steps, for the breakdown of a GRPO step: generation, reward wait, and
@@ -162,10 +171,11 @@ class RolloutTimer:
             return
 
         def timed(*args, **kwargs):
+            held = gpu_allocated_gib()  # what the training step leaves allocated: grows if rollouts leak
             start = time.perf_counter()
             completion_ids, logprobs = generate(*args, **kwargs)
             self.batches.append({"s": time.perf_counter() - start, "tokens": sum(len(ids) for ids in completion_ids),
-                                 "rows": len(completion_ids)})
+                                 "rows": len(completion_ids), "gpu_allocated_gib_before": held})
             return completion_ids, logprobs
 
         trainer._generate_single_turn = timed
