@@ -14,7 +14,8 @@
 # $OUT/records.tar.gz (and the report beside it) before they return. The run: the SFT designs' programs verified, then the build
 # phase (every other design built, its programs scored) on the CPUs beside SFT and its
 # evaluation on the GPU, then the dense expert and
-# its evaluation, then the SFT model's coverage-closure rounds (benchmarks/feedback_rounds.py),
+# its evaluation, then the SFT model's and the dense expert's coverage-closure rounds
+# (benchmarks/feedback_rounds.py),
 # then the binary-reward ablation and its evaluation. Phases resume, so
 # `start` again after a cut run goes on where it stopped.
 set -uo pipefail
@@ -31,10 +32,13 @@ eval_sft() {
   "${ls[@]}" --phases eval_sft --gen-batch-size 256 > "$WORK/eval_sft.log" 2>&1
 }
 
-# issue 29's measure on the SFT model: Pass@1 after 1..3 coverage-closure rounds
+# issue 29's measure on one model (sft, rl): Pass@1 after 1..3 coverage-closure rounds
 rounds() {
-  python3 benchmarks/feedback_rounds.py --model "$WORK/sft_model" --tasks results/smollm2_h200/tasks/manifest.json \
-    --work "$WORK/rounds" --out "$WORK/feedback_rounds.json" ${FR_ARGS:-} "$@" > "$WORK/rounds.log" 2>&1
+  local model=$1
+  shift
+  python3 benchmarks/feedback_rounds.py --model "$WORK/${model}_model" --tasks results/smollm2_h200/tasks/manifest.json \
+    --work "$WORK/rounds_$model" --out "$WORK/feedback_rounds_$model.json" ${FR_ARGS:-} "$@" \
+    > "$WORK/rounds_$model.log" 2>&1
 }
 
 run() {
@@ -48,7 +52,7 @@ run() {
   "${ls[@]}" --phases verify > "$WORK/verify.log" 2>&1
   if [ "${LS_PLAN:-all}" = rounds ]; then  # a short lease: the SFT model and its rounds only
     "${ls[@]}" --phases sft > "$WORK/sft.log" 2>&1
-    rounds
+    rounds sft
     echo "run: sft and the feedback rounds ran" > "$WORK/finished"
     return
   fi
@@ -64,7 +68,7 @@ run() {
   local gib side
   gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
   if ((${gib:-0} > 100000)); then
-    (eval_sft && rounds --workers 6) &
+    (eval_sft && rounds sft --workers 6) &
   else
     eval_sft &
   fi
@@ -77,7 +81,8 @@ run() {
   else
     echo "no rl_model: the dense expert's training failed (rl.log)" > "$WORK/eval_rl.log"
   fi
-  [ -e "$WORK/feedback_rounds.json" ] || rounds
+  [ -e "$WORK/feedback_rounds_sft.json" ] || rounds sft
+  [ -d "$WORK/rl_model" ] && [ ! -e "$WORK/feedback_rounds_rl.json" ] && rounds rl  # the dense expert's rounds
   if [ "${LS_PLAN:-all}" = dense ]; then  # the binary ablation measured already
     echo "run: every phase but the binary ablation ran" > "$WORK/finished"
     return
@@ -88,7 +93,7 @@ run() {
 
 # one archive: the device returns only a few files per call
 copy_out() {
-  (cd "$WORK" && for f in *.json *.log gen_*.jsonl scores_*.jsonl */rl_metrics.json */train_metrics.json rounds/*; do
+  (cd "$WORK" && for f in *.json *.log gen_*.jsonl scores_*.jsonl */rl_metrics.json */train_metrics.json rounds_*/*; do
     [ -f "$f" ] && echo "$f"; done) > "$WORK/.records"
   tar -czf "$OUT/records.tar.gz" -C "$WORK" -T "$WORK/.records" 2>/dev/null
   cp "$WORK"/learning_signal.json "$OUT"/ 2>/dev/null
