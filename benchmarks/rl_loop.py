@@ -646,6 +646,7 @@ def main() -> None:
     parser.add_argument("--grpo-steps", type=int, help="GRPO steps (default 4)")
     parser.add_argument("--grpo-steps-per-generation", type=int, default=None,
                         help="optimizer steps per rollout batch (rl.steps_per_generation; default one)")
+    parser.add_argument("--grpo-completion-len", type=int, help="rollout token cap (default 768)")
     parser.add_argument("--sim-workers", type=int, default=None,
                         help="simulation sandboxes (default: the cores less one, less 4 more while SFT compiles)")
     parser.add_argument("--sim-nice", type=int, default=0,
@@ -680,7 +681,8 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
     sizes = dict(SMOKE if args.smoke else FULL)
     for key, value in (("grpo_tasks", args.grpo_tasks), ("num_generations", args.grpo_generations),
-                       ("grpo_steps", args.grpo_steps), ("steps_per_generation", args.grpo_steps_per_generation)):
+                       ("grpo_steps", args.grpo_steps), ("steps_per_generation", args.grpo_steps_per_generation),
+                       ("completion_len", args.grpo_completion_len)):
         sizes[key] = value if value is not None else sizes[key]
     report = Report(args.out)
     root = Path(tempfile.mkdtemp(prefix="chorus-rl-loop-"))
