@@ -84,16 +84,18 @@ def test_unknown_synth_family_fails_naming_the_key():
 
 
 def test_optional_settings_enter_params_only_when_set():
-    """rl.steps_per_generation, rl.top_p and eval.batch_size, null by default, are no params
-    then (runs made before they existed re-run nothing) and are params once set (they
-    change results)."""
+    """rl.steps_per_generation, rl.top_p, rl.grad_accum and eval.batch_size, null by
+    default, are no params then (runs made before they existed re-run nothing) and are
+    params once set (they change results)."""
     config = default_config()
     plan = Plan(config)
-    assert "steps_per_generation" not in plan.expert("easy_dense") and "top_p" not in plan.expert("easy_dense")
+    assert not {"steps_per_generation", "top_p", "grad_accum"} & set(plan.expert("easy_dense"))
     assert "batch_size" not in plan.sampling() and plan.sampling()["sampler"] == config["eval"]["sampler"]
     config["rl"]["steps_per_generation"] = 4
     config["eval"]["batch_size"] = 256
     config["rl"]["top_p"] = 0.8
+    config["rl"]["grad_accum"] = 2
     plan = Plan(config)
-    assert plan.expert("full_dense")["steps_per_generation"] == 4 and plan.expert("full_dense")["top_p"] == 0.8
+    expert = plan.expert("full_dense")
+    assert (expert["steps_per_generation"], expert["top_p"], expert["grad_accum"]) == (4, 0.8, 2)
     assert plan.sampling()["batch_size"] == 256 and plan.harvest_settings()["sampling"]["batch_size"] == 256

@@ -87,3 +87,16 @@ def test_sampling_of_a_job_is_the_schema_eval_keys_it_names():
         max_new_tokens=768, sampler="static", batch_size=512)
     with pytest.raises(KeyError, match="top_p"):
         Sampling.from_job({k: v for k, v in params["sampling"].items() if k != "top_p"})
+
+
+@pytest.mark.parametrize("grad_accum", [None, 2])
+def test_grpo_config_takes_the_expert_micro_batches(tmp_path, grad_accum):
+    """rl.grad_accum reaches TRL as gradient_accumulation_steps (null: one) and
+    rl.steps_per_generation counts micro-batches: 4 completions x 4 micro-batches is a
+    rollout batch of 16 whatever the accumulation, trained on in 4 / grad_accum steps."""
+    from chorus.rl import grpo_config
+
+    expert = GRPOExpert(num_generations=2, batch_size=4, grad_accum=grad_accum, steps_per_generation=4)
+    args = grpo_config(expert, "generate", tmp_path, precision_flags("cpu"), None, [], None, {"report_to": "none"})
+    assert args.gradient_accumulation_steps == (grad_accum or 1)
+    assert (args.per_device_train_batch_size, args.generation_batch_size) == (4, 16)

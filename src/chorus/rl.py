@@ -197,7 +197,7 @@ def grpo_config(expert: GRPOExpert, backend: str, work_dir: Path, flags: dict, t
                       for t in tasks)
         rollout["transformers_continuous_batching_config"] = continuous_batching_kwargs(
             "cpu", longest, expert.max_completion_length,
-            batch * (expert.steps_per_generation or expert.grad_accum))
+            batch * (expert.steps_per_generation or expert.grad_accum or 1))
     config = dict(
         **common_args(work_dir, flags, save_steps=expert.save_steps, seed=expert.seed,
                       deepspeed_config=deepspeed_config, gradient_checkpointing=expert.gradient_checkpointing),
@@ -210,7 +210,7 @@ def grpo_config(expert: GRPOExpert, backend: str, work_dir: Path, flags: dict, t
         num_generations=expert.num_generations,
         max_completion_length=expert.max_completion_length,
         per_device_train_batch_size=batch,
-        gradient_accumulation_steps=expert.grad_accum,
+        gradient_accumulation_steps=expert.grad_accum or 1,
         steps_per_generation=expert.steps_per_generation,
         reward_weights=[1.0, expert.format_weight],
         **rollout,

@@ -69,13 +69,13 @@ class SFTStage:
 class GRPOExpert:
     """One RL expert's GRPO settings: config `rl` with the expert's own values of
     `rl.experts[i]` over the shared ones, its seed raised by its seed replicate
-    (Plan.expert). `steps` None: `epochs` passes over the tasks; `steps_per_generation`
-    None: TRL's (grad_accum)."""
+    (Plan.expert). `steps` None: `epochs` passes over the tasks; `grad_accum` None: one
+    micro-batch per optimizer step; `steps_per_generation` None: TRL's (grad_accum)."""
 
     CONFIGURED: ClassVar[tuple[str, ...]] = (
         "name", "from_stage", "reward", "seed", "splits", "difficulties", "lr", "steps", "beta", "num_generations",
-        "max_completion_length", "temperature", "top_p", "format_weight", "batch_size", "steps_per_generation", "save_steps",
-        "rollout_backend", "rounds",
+        "max_completion_length", "temperature", "top_p", "format_weight", "batch_size", "grad_accum", "steps_per_generation",
+        "save_steps", "rollout_backend", "rounds",
     )
 
     name: str = "expert"
@@ -97,7 +97,7 @@ class GRPOExpert:
     rollout_backend: str = "auto"
     rounds: int | None = None  # coverage-closure rounds per episode (None: one)
     epochs: float = 1.0
-    grad_accum: int = 1
+    grad_accum: int | None = None  # micro-batches of batch_size per optimizer step (None: one)
     top_p: float | None = None  # rollouts' nucleus (None: none, TRL's 1.0)
     gradient_checkpointing: bool = False
     early_rewards: bool = True
