@@ -120,3 +120,23 @@ def test_a_timeout_is_shared_within_its_call_only(task, cache):
         assert coverage.calls[-1]["simulated"] == 1 and coverage.calls[-1]["reused"] == 0
     finally:
         coverage.close()
+
+
+def test_the_benchmark_counts_copies_with_the_rewards_key():
+    """benchmarks/duplicate_answers.py groups recorded answers as the reward keys them:
+    one recorded model's samples split into distinct answers and their copies."""
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from duplicate_answers import answer_key, count_duplicates
+
+    code = "import cocotb\n"
+    assert answer_key("t", "Here:\n" + format_completion(code)) == answer_key("t", format_completion(code))
+    assert answer_key("t", format_completion(code)) != answer_key("u", format_completion(code))
+    counted = count_duplicates("rl_binary")
+    assert counted["samples"] == 5 * counted["tasks"]
+    assert sum(counted["tasks_by_distinct_answers"].values()) == counted["tasks"]
+    assert sum(int(k) * v for k, v in counted["tasks_by_distinct_answers"].items()) == counted["distinct_answers"]
+    assert 0 < counted["duplicate_fraction"] == round(1 - counted["distinct_answers"] / counted["samples"], 4)
