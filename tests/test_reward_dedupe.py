@@ -39,6 +39,9 @@ def test_the_key_is_the_simulated_text_the_task_and_the_settings(task):
         assert coverage.key(task.id, [{"role": "assistant", "content": format_completion(code)}]) == plain
         changed = [code.replace("\n", "\n\n", 1), code + "\n# a comment", code.replace("    ", "\t", 1), code.upper()]
         assert len({plain, *(coverage.key(task.id, format_completion(c)) for c in changed)}) == 1 + len(changed)
+        # only the first python block is simulated: a second block is prose to the key
+        assert coverage.key(task.id, format_completion(code) + "\n" + format_completion("raise SystemExit")) == plain
+        assert coverage.key(task.id, format_completion("raise SystemExit") + "\n" + format_completion(code)) != plain
         # a completion with no code block is simulated whole: its prose is its text
         assert coverage.key(task.id, "no code") != coverage.key(task.id, "no code.")
     finally:
