@@ -87,15 +87,19 @@ def count_duplicates(model: str) -> dict:
 def simulate(model: str, corpus: Path, n_tasks: int, workers: int) -> dict:
     """Score duplicated recorded answers of `n_tasks` corpus tasks alone, then through one
     and a second CoverageReward call (see the module docstring)."""
+    with tempfile.TemporaryDirectory(prefix="chorus_dupes_") as work:
+        with tarfile.open(corpus) as archive:
+            archive.extractall(work, filter="data")
+        return simulate_corpus_tasks(model, Path(work), n_tasks, workers)
+
+
+def simulate_corpus_tasks(model: str, work: Path, n_tasks: int, workers: int) -> dict:
     from chorus.harness import score
     from chorus.harness.score import prebuild
-    from chorus.reward import CoverageReward
     from chorus.prompts import extract_stimulus
+    from chorus.reward import CoverageReward
     from chorus.tasks import load_task
 
-    work = Path(tempfile.mkdtemp(prefix="chorus_dupes_"))
-    with tarfile.open(corpus) as archive:
-        archive.extractall(work, filter="data")
     entries = json.loads((work / "results/smollm2_h200/tasks/manifest.json").read_text())["tasks"]
     tasks = {e["id"]: load_task((REPO if e["source"] == "shipped" else work) / e["dir"]) for e in entries
              if e["split"] == "test"}
