@@ -418,9 +418,10 @@ def test_grpo_rollouts_through_fast_backends_with_breakdown(base, tmp_path, back
     assert metrics["rollout_backend"] == backend
     parts = metrics["breakdown"]
     assert parts["rollouts"] == 4 and 0 < parts["rollout_tokens"] <= 4 * 8
-    assert parts["simulations"] == 4
-    # every rollout's simulation started before TRL asked for the rewards (start_rewards_early)
-    assert all(call["started_early"] >= 1 for call in metrics["reward_calls"])
+    assert parts["simulations"] + parts["duplicates"] == 4 and parts["simulations"] >= 1
+    # every rollout's simulation started before TRL asked for the rewards (start_rewards_early),
+    # unless an earlier call's verdict answered it
+    assert all(call["started_early"] + call["reused"] >= 1 for call in metrics["reward_calls"])
     assert 1 <= parts["simulations_started_early"] <= parts["simulations"]
     assert 0 < parts["generation_s"] < parts["steps_s"] and 0 < parts["reward_wait_s"] < parts["steps_s"]
     assert parts["generation_s"] + parts["reward_wait_s"] + parts["train_other_s"] == pytest.approx(parts["steps_s"])
@@ -466,8 +467,9 @@ def test_simulations_started_early_give_the_same_rewards():
     assert rewards[0] == rewards[3] == 1.0 and rewards[2] == 1.0 and rewards[1] == 0.0
     assert early.calls[-1]["started_early"] == 2 and plain.calls[-1]["started_early"] == 0
     assert early.calls[-1]["statuses"] == {"ok": 3, "syntax_error": 1}
-    again = early(completions[:1], task_id=task_ids[:1])  # nothing carried over from the last call
-    assert again == [1.0] and early.calls[-1]["started_early"] == 0
+    assert early.calls[-1]["simulated"] == 3 and early.calls[-1]["duplicates"] == 1
+    again = early(completions[:1], task_id=task_ids[:1])  # no start carried over: the last call's verdict
+    assert again == [1.0] and early.calls[-1]["started_early"] == 0 and early.calls[-1]["reused"] == 1
 
 
 @pytest.mark.slow  # builds

@@ -223,7 +223,7 @@ def run_breakdown(coverage: CoverageReward, timer: RolloutTimer, runtime: float)
     backward, optimizer), with rollout tokens/s and simulations/s."""
     reward_wall = sum(c["wall_s"] for c in coverage.calls)  # the wait: simulations started early are off it
     simulating_s = sum(c["simulating_s"] for c in coverage.calls)
-    simulations = sum(c["n"] for c in coverage.calls)
+    simulations = sum(c["simulated"] for c in coverage.calls)  # each distinct answer once (CoverageReward)
     steps_s = sum(timer.step_s)
     return {
         "reward_wall_s": reward_wall,
@@ -241,6 +241,7 @@ def run_breakdown(coverage: CoverageReward, timer: RolloutTimer, runtime: float)
             # steady state: the batches after the first, which holds one-off costs (compiles)
             "rollout_tokens_per_s_after_first": timer.tokens_per_s(skip=1),
             "simulations": simulations,
+            "duplicates": sum(c["duplicates"] for c in coverage.calls),  # rollouts that took another's verdict
             "simulations_started_early": sum(c["started_early"] for c in coverage.calls),
             "simulations_per_s": simulations / simulating_s if simulating_s else None,
             "peak_gpu_allocated_gib": gpu_allocated_gib(peak=True),

@@ -186,6 +186,26 @@ def sample_seed(sample_id) -> int:
         return zlib.crc32(str(sample_id).encode()) & 0x7FFFFFFF
 
 
+def task_fingerprint(task: Task) -> str:
+    """Content hash of everything about `task` a verdict depends on: every field (targets,
+    exclusions, top level, language, ...) and its design's sources (design_hash)."""
+    return hashlib.sha256(f"{task!r}\0{task.design_hash()}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def simulation_key(task_key: str, stimulus_text: str, *, seed: int = 0, limits: SandboxLimits | None = None,
+                   timeouts: TimeoutPolicy | None = None) -> str:
+    """The identity of one simulation: the task (`task_key`, task_fingerprint), the exact
+    text simulated (byte for byte: no stripping, no normalising), the seed and the
+    simulation settings. Two candidates with the same key run the very same simulation,
+    so one's verdict is a real verdict of the other (docs/harness.md, "Scoring an answer
+    once")."""
+    settings = json.dumps([task_key, int(seed), repr(limits), repr(timeouts)])
+    digest = hashlib.sha256(settings.encode())
+    digest.update(b"\0")
+    digest.update(stimulus_text.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
 def unchanged(text: str, language: str = "cocotb") -> str:
     """The completion as it is: for rows whose completion is the stimulus itself."""
     return text
