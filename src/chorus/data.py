@@ -15,14 +15,16 @@ from pathlib import Path
 import pandas as pd
 
 from chorus.io import read_jsonl, write_jsonl
-from chorus.prompts import build_prompt, extract_stimulus, format_completion
+from chorus.prompts import extract_stimulus, format_completion, round_prompt
 from chorus.synth.program import PROGRAM_FILE
 from chorus.tasks import Task
 
 
-def sft_row(task: Task, stimulus: str, source: str) -> dict:
+def sft_row(task: Task, stimulus: str, source: str, rounds: list[tuple[str, str]] = ()) -> dict:
+    """One row answering `task` with `stimulus`; `rounds`: earlier (answer, feedback)
+    turns the prompt carries first (chorus.prompts.round_prompt: a repair conversation)."""
     return {
-        "prompt": build_prompt(task),
+        "prompt": round_prompt(task, list(rounds)),
         "completion": [{"role": "assistant", "content": format_completion(stimulus)}],
         "task_id": task.id,
         "source": source,
