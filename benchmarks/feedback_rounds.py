@@ -117,7 +117,8 @@ def run_round(args, model: Path, tasks: list, number: int, earlier: list, arm: s
     scores = timed(timings, "score_s", lambda: score_generations(
         rows, {t.id: t for t in tasks}, score_file, workers=args.workers,
         limits=sandbox, timeouts=timeouts, extract=extract_answer, annotate=feedback_field))
-    cost = {"samples": len(rows), "seed": seed, "new_tokens": stats.get("new_tokens"), "tokens_per_s": stats.get("tokens_per_s"),
+    cost = {"samples": len(rows), "seed": seed, "new_tokens": stats.get("new_tokens"),
+            "tokens_per_s": stats.get("tokens_per_s"),
             "statuses": dict(Counter(r["status"] for r in scores)), **timings}
     return rows, scores, cost
 

@@ -80,7 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-length", type=int, default=4096)
     p.add_argument("--repair-rows", type=int, default=0,
-                   help="SFT: up to N repair conversations (weak answer, its feedback, a verified program; chorus.repair)")
+                   help="SFT: up to N repair conversations (a weak answer, its feedback, a verified program)")
     # rl
     p.add_argument("--rl-steps", type=int, default=256)
     # at 2e-5 (decayed linearly) 64 steps left 0.06-0.4% of the tokens in the clipped

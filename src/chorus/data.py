@@ -4,8 +4,9 @@ Row: {"prompt": [system, user], "completion": [assistant], "task_id", "source"} 
 source is "reference" (a task's reference stimulus or one of its verified variants),
 "program" (a synthetic task's programmatic reference, chorus.synth.program), "format"
 (the task's shortest passing reference: a short, well-formed module that also passes,
-teaching the answer format by example) or "verified" (a sample the simulator verified
-as passing). Trivial stimuli never train: they fail by construction.
+teaching the answer format by example), "verified" (a sample the simulator verified
+as passing) or "repair" (chorus.repair: the prompt goes on with a weak answer and the
+feedback on it). Trivial stimuli never train: they fail by construction.
 """
 
 from __future__ import annotations
