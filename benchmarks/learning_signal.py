@@ -209,8 +209,8 @@ def phase_sft(args, train, evaluation) -> dict:
     rows = [sft_row(by_id[r["task_id"]], extract_answer(r["completion"], "cocotb"), "program")
             for r in programs if (r["task_id"], r["sample_id"]) in passed]
     rows += [sft_row(t, t.reference_stimulus.read_text(), "reference") for t in train if t.source == "shipped"]
-    repair = sft_repair_rows(args, by_id, programs, passed) if args.repair_rows else ([], None)
-    rows += repair[0]
+    repairs, repair_stats = sft_repair_rows(args, by_id, programs, passed) if args.repair_rows else ([], None)
+    rows += repairs
     write_jsonl(data, rows)
     timings: dict = {}
     stage = SFTStage(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, max_length=args.max_length,
@@ -220,7 +220,7 @@ def phase_sft(args, train, evaluation) -> dict:
     return {"rows": len(rows), "rows_by_source": dict(Counter(r["source"] for r in rows)),
             "designs": len({r["task_id"] for r in rows}),
             **{k: metrics.get(k) for k in ("steps", "first_loss", "last_loss", "tokens", "tokens_per_s")},
-            "epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "repair": repair[1], **timings}
+            "epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "repair": repair_stats, **timings}
 
 
 def sft_repair_rows(args, by_id: dict, programs: list[dict], passed: set) -> tuple[list[dict], dict]:
