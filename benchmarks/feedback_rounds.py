@@ -11,8 +11,15 @@ to r passes (docs/rounds.md). Pass@1 after each round comes with its bootstrap i
 over tasks (chorus.report.round_table). Each round's generation and scoring resume from
 their journals under --work; a finished round (round<r>.json there) is read back.
 
+--control resample also runs the control arm: round r >= 2 draws every sample no earlier
+round of the arm passed afresh from its task's original prompt (no answers, no
+feedback; the round's seed, not round 1's), scored and aggregated like the rounds. Its
+Pass@1 per round (pass1_by_round_resample) and the paired difference of the rounds to it
+(feedback_minus_resample) tell "feedback helps" from "one more draw helps". Round 1 is
+shared; the control's later rounds keep their files as gen_r<r>_resample.jsonl etc.
+
   PYTHONPATH=src USE_HUB_KERNELS=0 python3 benchmarks/feedback_rounds.py --model /root/ls/sft_model \\
-      --tasks results/smollm2_h200/tasks/manifest.json --work /root/fr --rounds 3
+      --tasks results/smollm2_h200/tasks/manifest.json --work /root/fr --rounds 3 --control resample
   PYTHONPATH=src python benchmarks/feedback_rounds.py --smoke --work /tmp/fr --out /tmp/fr.json
 """
 
@@ -26,14 +33,16 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 
 from chorus.generate import sample_completions
 from chorus.harness.feedback import feedback_field
 from chorus.harness.score import score_generations
 from chorus.io import atomic_write_json, read_jsonl
-from chorus.prompts import extract_answer
+from chorus.metrics import paired_bootstrap_interval
+from chorus.prompts import build_prompt, extract_answer
 from chorus.report import per_sample_table, round_table
-from chorus.rounds import attempts, merged_rows, next_conversations, round_seed
+from chorus.rounds import attempts, merged_rows, next_conversations, passed, round_seed
 from chorus.settings import Sampling
 from chorus.tasks import load_tasks
 
@@ -51,6 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--work", type=Path, default=Path("/root/fr"))
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "feedback_rounds.json")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--control", choices=["resample"], default=None,
+                   help="also run the control arm: later rounds redraw the original prompt, no feedback")
     p.add_argument("--k", type=int, default=EVAL_PROTOCOL["k"], help="samples per task in round 1")
     p.add_argument("--smoke", action="store_true", help="a tiny model on one shipped test task, on CPU")
     p.add_argument("--workers", type=int, default=14, help="parallel simulations")
@@ -71,25 +82,68 @@ def evaluation_tasks(args) -> list:
     return load_tasks(splits="test")[:1] if args.smoke else task_sets(args)[1]
 
 
-def run_round(args, model: Path, tasks: list, number: int, earlier: list) -> tuple[list, list, dict]:
+def resample_conversations(tasks: dict, history: dict) -> dict[tuple[str, int], list]:
+    """The control's next round: every sample no round has passed yet, drawn again from
+    its task's original prompt (no answers, no feedback)."""
+    return {(task_id, int(sample_id)): build_prompt(tasks[task_id])
+            for (task_id, sample_id), tries in history.items() if not passed(tries)}
+
+
+# arm -> how a later round's prompts are made from the earlier rounds' attempts
+ARMS = {"feedback": next_conversations, "resample": resample_conversations}
+
+
+def round_files(work: Path, number: int, arm: str) -> tuple[Path, Path, Path]:
+    """(generations, scores, marker) of round `number` of `arm`; round 1 is every arm's."""
+    suffix = "" if number == 1 or arm == "feedback" else f"_{arm}"
+    return (work / f"gen_r{number}{suffix}.jsonl", work / f"scores_r{number}{suffix}.jsonl",
+            work / f"round{number}{suffix}.json")
+
+
+def run_round(args, model: Path, tasks: list, number: int, earlier: list, arm: str = "feedback"
+              ) -> tuple[list, list, dict]:
     """One round's (generation rows, score rows, cost): round 1 samples k per task, a
-    later round one per sample no earlier round passed."""
-    protocol, timings = args.protocol, {}
-    conversations = None if number == 1 else next_conversations({t.id: t for t in tasks}, attempts(earlier))
-    generations = args.work / f"gen_r{number}.jsonl"
+    later round one per sample no earlier round passed (prompts as ARMS[arm] makes them)."""
+    protocol, timings, seed = args.protocol, {}, round_seed(0, number)
+    conversations = None if number == 1 else ARMS[arm]({t.id: t for t in tasks}, attempts(earlier))
+    generations, score_file, _ = round_files(args.work, number, arm)
     stats = timed(timings, "generate_s", lambda: sample_completions(
         model, tasks, protocol["k"], generations,
         Sampling(temperature=protocol["temperature"], top_p=protocol["top_p"],
                  max_new_tokens=protocol["max_new_tokens"], sampler="auto", batch_size=args.gen_batch_size),
-        seed=round_seed(0, number), device="cpu" if args.smoke else None, conversations=conversations))
+        seed=seed, device="cpu" if args.smoke else None, conversations=conversations))
     rows = read_jsonl(generations)
     sandbox, timeouts = limits(args)
     scores = timed(timings, "score_s", lambda: score_generations(
-        rows, {t.id: t for t in tasks}, args.work / f"scores_r{number}.jsonl", workers=args.workers,
+        rows, {t.id: t for t in tasks}, score_file, workers=args.workers,
         limits=sandbox, timeouts=timeouts, extract=extract_answer, annotate=feedback_field))
-    cost = {"samples": len(rows), "new_tokens": stats.get("new_tokens"), "tokens_per_s": stats.get("tokens_per_s"),
+    cost = {"samples": len(rows), "seed": seed, "new_tokens": stats.get("new_tokens"),
+            "tokens_per_s": stats.get("tokens_per_s"),
             "statuses": dict(Counter(r["status"] for r in scores)), **timings}
     return rows, scores, cost
+
+
+def run_arm(args, model: Path, tasks: list, arm: str) -> tuple[list, list]:
+    """Rounds 1..--rounds of `arm`: each round's (generation rows, score rows) and cost;
+    a finished round (its marker) is read back, not sampled again."""
+    rounds, costs = [], []
+    for number in range(1, args.rounds + 1):
+        generations, score_file, marker = round_files(args.work, number, arm)
+        if marker.exists():
+            rows, scores, cost = read_jsonl(generations), read_jsonl(score_file), json.loads(marker.read_text())
+        else:
+            rows, scores, cost = run_round(args, model, tasks, number, rounds, arm)
+            atomic_write_json(marker, cost)
+        rounds.append((rows, scores))
+        costs.append({"round": number, **cost})
+    return rounds, costs
+
+
+def per_task_by_round(rounds: list) -> pd.DataFrame:
+    """Tasks x rounds: each task's Pass@1 after round r (any round up to r passed)."""
+    table = per_sample_table(merged_rows(attempts(rounds), len(rounds)), model="model")
+    columns = [f"passed_r{r}" for r in range(1, len(rounds) + 1)]
+    return table[["task_id", *columns]].astype({c: float for c in columns}).groupby("task_id").mean()
 
 
 def pass1_by_round(args, rounds: list) -> list[dict]:
@@ -100,31 +154,43 @@ def pass1_by_round(args, rounds: list) -> list[dict]:
              "mean_coverage": row["mean_coverage"], "tasks": int(row["tasks"])} for _, row in curve.iterrows()]
 
 
+def with_costs(args, rounds: list, costs: list) -> list[dict]:
+    """pass1_by_round of `rounds`, each round with its cost."""
+    by_round = {row["round"]: row for row in pass1_by_round(args, rounds)}
+    return [{**by_round[c["round"]], "cost": c} for c in costs]
+
+
+def paired_by_round(args, rounds: list, control: list) -> list[dict]:
+    """Per round: Pass@1 of `rounds` minus the `control` arm's, with the paired bootstrap
+    interval over tasks."""
+    ours, theirs = per_task_by_round(rounds), per_task_by_round(control)
+    out = []
+    for number in range(1, len(rounds) + 1):
+        a, b = ours[f"passed_r{number}"], theirs[f"passed_r{number}"].reindex(ours.index)
+        low, high = paired_bootstrap_interval(list(a), list(b), resamples=args.bootstrap)
+        out.append({"round": number, "difference": float((a - b).mean()), "ci95": [low, high]})
+    return out
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.work.mkdir(parents=True, exist_ok=True)
     model, tasks = base_model(args), evaluation_tasks(args)
-    rounds, costs = [], []
-    for number in range(1, args.rounds + 1):
-        marker = args.work / f"round{number}.json"  # a finished round: read back, not sampled again
-        if marker.exists():
-            rows = read_jsonl(args.work / f"gen_r{number}.jsonl")
-            scores = read_jsonl(args.work / f"scores_r{number}.jsonl")
-            cost = json.loads(marker.read_text())
-        else:
-            rows, scores, cost = run_round(args, model, tasks, number, rounds)
-            atomic_write_json(marker, cost)
-        rounds.append((rows, scores))
-        costs.append({"round": number, **cost})
-    by_round = {row["round"]: row for row in pass1_by_round(args, rounds)}
+    arms = {arm: run_arm(args, model, tasks, arm) for arm in ["feedback", *([args.control] if args.control else [])]}
+    rounds, costs = arms["feedback"]
     report = {
         "benchmark": "feedback_rounds", "command": args.command, "device": versions().get("device"),
         "versions": versions(), "model": str(args.model), "tasks": len(tasks), "k": args.protocol["k"],
         "protocol": args.protocol, "rounds": args.rounds, "rule": "a sample passes when any round up to r passes",
-        "pass1_by_round": [{**by_round[c["round"]], "cost": c} for c in costs],
+        "pass1_by_round": with_costs(args, rounds, costs),
     }
+    if args.control:
+        control, control_costs = arms[args.control]
+        report["control"] = f"{args.control}: a later round redraws the original prompt (no feedback), new seed"
+        report[f"pass1_by_round_{args.control}"] = with_costs(args, control, control_costs)
+        report[f"feedback_minus_{args.control}"] = paired_by_round(args, rounds, control)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(args.out, report)
     print(json.dumps({r["round"]: [round(r["pass1"], 4), r["ci95"]] for r in report["pass1_by_round"]}), flush=True)

@@ -9,7 +9,8 @@ its synthetic test split + the shipped test tasks), built from the project's fun
            the program alone reaches, no model) and then every train design: builds every
            design once, evaluation designs first, beside SFT on the GPU
   sft      chorus.data.sft_row of each verified program + the shipped train references
-           -> chorus.sft.train_stage
+           (+ --repair-rows repair conversations, chorus.repair: a weakened program, the
+           feedback on its simulation, the verified program) -> chorus.sft.train_stage
   rl       chorus.rl.train_expert from the SFT model on the train split (dense reward;
            `rl_binary`: the binary-reward ablation, same settings)
   eval     chorus.generate.sample_completions under one protocol (k, temperature, top-p,
@@ -40,6 +41,7 @@ from pathlib import Path
 
 from chorus.data import sft_row
 from chorus.generate import sample_completions
+from chorus.harness.feedback import feedback_field
 from chorus.harness.sandbox import SandboxLimits
 from chorus.harness.score import score_generations
 from chorus.harness.timeouts import TimeoutPolicy
@@ -77,6 +79,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-length", type=int, default=4096)
+    p.add_argument("--repair-rows", type=int, default=0,
+                   help="SFT: up to N repair conversations (a weak answer, its feedback, a verified program)")
     # rl
     p.add_argument("--rl-steps", type=int, default=256)
     # at 2e-5 (decayed linearly) 64 steps left 0.06-0.4% of the tokens in the clipped
@@ -138,10 +142,14 @@ def program_rows(tasks, budgets: int) -> list[dict]:
         if t.source != "synthetic":
             continue
         design = design_of(t)
-        chosen = draw_budgets(random.Random(t.id), budgets) if budgets else [Budget()]
         rows += [{"task_id": t.id, "sample_id": i, "completion": format_completion(render_program(design, b))}
-                 for i, b in enumerate(chosen)]
+                 for i, b in enumerate(program_budgets(t, budgets))]
     return rows
+
+
+def program_budgets(task, budgets: int) -> list[Budget]:
+    """The budgets of program_rows' programs of `task`, in sample id order."""
+    return draw_budgets(random.Random(task.id), budgets) if budgets else [Budget()]
 
 
 def sft_designs(args, train) -> list:
@@ -201,6 +209,8 @@ def phase_sft(args, train, evaluation) -> dict:
     rows = [sft_row(by_id[r["task_id"]], extract_answer(r["completion"], "cocotb"), "program")
             for r in programs if (r["task_id"], r["sample_id"]) in passed]
     rows += [sft_row(t, t.reference_stimulus.read_text(), "reference") for t in train if t.source == "shipped"]
+    repairs, repair_stats = sft_repair_rows(args, by_id, programs, passed) if args.repair_rows else ([], None)
+    rows += repairs
     write_jsonl(data, rows)
     timings: dict = {}
     stage = SFTStage(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, max_length=args.max_length,
@@ -210,7 +220,35 @@ def phase_sft(args, train, evaluation) -> dict:
     return {"rows": len(rows), "rows_by_source": dict(Counter(r["source"] for r in rows)),
             "designs": len({r["task_id"] for r in rows}),
             **{k: metrics.get(k) for k in ("steps", "first_loss", "last_loss", "tokens", "tokens_per_s")},
-            "epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, **timings}
+            "epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "repair": repair_stats, **timings}
+
+
+def sft_repair_rows(args, by_id: dict, programs: list[dict], passed: set) -> tuple[list[dict], dict]:
+    """--repair-rows repair conversations (chorus.repair) of the SFT designs: weakened
+    programs and verify's failing ones, simulated with the rounds' feedback, each answered
+    by its design's first verified program; rows over --max-length tokens left out."""
+    from chorus.modeling import load_tokenizer
+    from chorus.repair import repair_rows, row_tokens, weak_answers
+
+    finals: dict[str, dict] = {}
+    for row in programs:
+        if (row["task_id"], row["sample_id"]) in passed:
+            finals.setdefault(row["task_id"], row)
+    designs = {tid: (design_of(by_id[tid]), program_budgets(by_id[tid], args.budgets)[row["sample_id"]])
+               for tid, row in finals.items()}
+    failed = [r for r in programs if r["task_id"] in finals and (r["task_id"], r["sample_id"]) not in passed]
+    weak = weak_answers(designs, failed)
+    write_jsonl(args.work / "programs_repair.jsonl", weak)
+    sandbox, timeouts = limits(args)
+    timings: dict = {}
+    scores = timed(timings, "simulate_s", lambda: score_generations(
+        weak, by_id, args.work / "scores_repair.jsonl", workers=args.workers, limits=sandbox, timeouts=timeouts,
+        extract=extract_answer, annotate=feedback_field))
+    verified = {tid: extract_answer(row["completion"], "cocotb") for tid, row in finals.items()}
+    tokenizer = load_tokenizer(base_model(args))
+    rows, stats = repair_rows(weak, scores, by_id, verified, args.repair_rows,
+                              fits=lambda row: row_tokens(tokenizer, row) <= args.max_length)
+    return rows, {**stats, **timings}
 
 
 def phase_rl(args, train, evaluation, reward: str) -> dict:

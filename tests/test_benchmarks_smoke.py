@@ -102,6 +102,31 @@ def test_learning_signal_smoke_runs_sft_rl_and_their_evaluation(tmp_path):
     assert json.loads(out.read_text())["rl_pass1"] == report["rl_pass1"]
 
 
+@pytest.mark.slow  # verifies programs, simulates weakened ones, trains
+def test_learning_signal_sft_learns_repair_conversations(tmp_path):
+    """--repair-rows: the SFT data gains repair rows (a weakened program, the feedback
+    on its own simulation, then a program that passed verification) and trains on them."""
+    from chorus.prompts import FEEDBACK_HEADING
+
+    work = tmp_path / "work"
+    report = learning_signal.main(["--smoke", "--work", str(work), "--out", str(tmp_path / "r.json"),
+                                   "--phases", "verify", "sft", "--repair-rows", "8"])
+    sft = report["phases"]["sft"]
+    read = lambda name: [json.loads(line) for line in (work / name).read_text().splitlines()]  # noqa: E731
+    rows = [r for r in read("sft_train.jsonl") if r["source"] == "repair"]
+    assert 1 <= len(rows) == sft["rows_by_source"]["repair"] == sft["repair"]["rows"] <= 8
+    verified = {(r["task_id"], r["completion"]) for r, s in zip(read("programs_sft.jsonl"),
+                                                                read("scores_program_sft.jsonl")) if s["passed"]}
+    weak = {(w["task_id"], w["completion"]): s for w, s in zip(read("programs_repair.jsonl"),
+                                                                read("scores_repair.jsonl"))}
+    for row in rows:
+        (_, _, answer, feedback), final = row["prompt"], row["completion"][0]["content"]
+        assert (row["task_id"], final) in verified
+        score = weak[(row["task_id"], answer["content"])]
+        assert not score["passed"] and feedback["content"] == f"{FEEDBACK_HEADING}\n{score['feedback']}"
+    assert sft["steps"] >= 1
+
+
 feedback_rounds = _import_benchmark("feedback_rounds")
 
 
@@ -126,3 +151,16 @@ def test_feedback_rounds_smoke_measures_pass1_after_each_round(tmp_path):
     again = feedback_rounds.main(["--smoke", "--rounds", "2", "--work", str(work), "--out", str(out)])
     assert [r["pass1"] for r in again["pass1_by_round"]] == [first["pass1"], second["pass1"]]
     assert again["pass1_by_round"] == report["pass1_by_round"]  # read back (the same timings), not sampled again
+    # the control: round 2 redraws the failed samples' original prompt, with round 2's seed
+    control = feedback_rounds.main(["--smoke", "--rounds", "2", "--work", str(work), "--out", str(out),
+                                    "--control", "resample"])
+    assert control["pass1_by_round"] == report["pass1_by_round"]
+    resampled_first, resampled = control["pass1_by_round_resample"]
+    assert resampled_first == first  # round 1 is shared
+    assert resampled["cost"]["samples"] == failed and resampled["cost"]["seed"] != first["cost"]["seed"]
+    assert resampled["pass1"] >= first["pass1"]
+    assert [r["round"] for r in control["feedback_minus_resample"]] == [1, 2]
+    assert control["feedback_minus_resample"][0]["difference"] == 0.0
+    drawn = [json.loads(line) for line in (work / "gen_r2_resample.jsonl").read_text().splitlines()]
+    fed = [json.loads(line) for line in (work / "gen_r2.jsonl").read_text().splitlines()]
+    assert [(g["task_id"], g["sample_id"]) for g in drawn] == [(g["task_id"], g["sample_id"]) for g in fed]

@@ -10,6 +10,8 @@
 # FR_ARGS: more arguments for benchmarks/feedback_rounds.py (e.g. `--rounds 2`).
 # LS_ARGS: more arguments for every phase of benchmarks/learning_signal.py (e.g. a shorter
 # `--rl-steps` when the lease has less time left than the whole run needs).
+# LS_WORK: the run's folder (default /root/ls): a second recipe in the same lease (e.g.
+# LS_ARGS="--repair-rows 640") beside the first.
 # Both copy what exists so far (phase records, report, logs, generations and scores) to
 # $OUT/records.tar.gz (and the report beside it) before they return. The run: the SFT designs' programs verified, then the build
 # phase (every other design built, its programs scored) on the CPUs beside SFT and its
@@ -19,7 +21,7 @@
 # then the binary-reward ablation and its evaluation. Phases resume, so
 # `start` again after a cut run goes on where it stopped.
 set -uo pipefail
-WORK=/root/ls
+WORK=${LS_WORK:-/root/ls}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$WORK" "$OUT"
 export USE_HUB_KERNELS=0 PYTHONPATH=src

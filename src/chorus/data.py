@@ -4,8 +4,9 @@ Row: {"prompt": [system, user], "completion": [assistant], "task_id", "source"} 
 source is "reference" (a task's reference stimulus or one of its verified variants),
 "program" (a synthetic task's programmatic reference, chorus.synth.program), "format"
 (the task's shortest passing reference: a short, well-formed module that also passes,
-teaching the answer format by example) or "verified" (a sample the simulator verified
-as passing). Trivial stimuli never train: they fail by construction.
+teaching the answer format by example), "verified" (a sample the simulator verified
+as passing) or "repair" (chorus.repair: the prompt goes on with a weak answer and the
+feedback on it). Trivial stimuli never train: they fail by construction.
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ from pathlib import Path
 import pandas as pd
 
 from chorus.io import read_jsonl, write_jsonl
-from chorus.prompts import build_prompt, extract_stimulus, format_completion
+from chorus.prompts import extract_stimulus, format_completion, round_prompt
 from chorus.synth.program import PROGRAM_FILE
 from chorus.tasks import Task
 
 
-def sft_row(task: Task, stimulus: str, source: str) -> dict:
+def sft_row(task: Task, stimulus: str, source: str, rounds: list[tuple[str, str]] = ()) -> dict:
+    """One row answering `task` with `stimulus`; `rounds`: earlier (answer, feedback)
+    turns the prompt carries first (chorus.prompts.round_prompt: a repair conversation)."""
     return {
-        "prompt": build_prompt(task),
+        "prompt": round_prompt(task, list(rounds)),
         "completion": [{"role": "assistant", "content": format_completion(stimulus)}],
         "task_id": task.id,
         "source": source,
