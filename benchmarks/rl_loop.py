@@ -466,9 +466,11 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(lambda task: prebuild(task, None, limits, TimeoutPolicy()), tasks))
     per_step = sizes["num_generations"] * len(tasks)  # completions per optimizer step
-    per_generation = sizes.get("steps_per_generation") or 1
+    accum = sizes.get("grad_accum") or 1  # in micro-batches of per_step / accum
+    per_generation = sizes.get("steps_per_generation") or accum  # micro-batches per rollout batch
     # runs at other batch sizes, and of other settings at this one, stay in the file
-    section = f"grpo_batch{per_step}" + (f"x{per_generation}" if per_generation > 1 else "")
+    section = (f"grpo_batch{per_step // accum}" + (f"a{accum}" if accum > 1 else "")
+               + (f"x{per_generation}" if per_generation > 1 else ""))
     runs = dict(report.data["details"].get(section) or {})
     # "<backend>": rewards simulated as rollouts are decoded; "<backend>_late": after the batch;
     # settings other than the defaults name themselves (e.g. static_compiled_slots256_nice10)
@@ -482,7 +484,8 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
             continue
         try:
             expert = GRPOExpert(
-                steps=sizes["grpo_steps"], num_generations=sizes["num_generations"], batch_size=per_step,
+                steps=sizes["grpo_steps"], num_generations=sizes["num_generations"], batch_size=per_step // accum,
+                grad_accum=sizes.get("grad_accum"),
                 max_completion_length=sizes["completion_len"], rollout_backend=backend, save_steps=10_000,
                 early_rewards=early, steps_per_generation=sizes.get("steps_per_generation"),
                 rollout_compile=compile_rollouts, rollout_slots=slots,
@@ -495,7 +498,8 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
                              "rollout_backend": metrics["rollout_backend"], **metrics["breakdown"],
                              "statuses": [c["statuses"] for c in metrics["reward_calls"]],
                              "reward_wait_per_call_s": [round(c["wall_s"], 3) for c in metrics["reward_calls"]],
-                             "completions_per_step": per_step, "rollout_batch": per_step * per_generation,
+                             "completions_per_step": per_step, "grad_accum": accum,
+                             "rollout_batch": per_step // accum * per_generation,
                              "sim_workers": workers, "sim_nice": limits.nice,
                              "rollout_compile": metrics["rollout_compile"], "rollout_slots": slots,
                              "command": report.command, "device": report.device}
@@ -647,6 +651,8 @@ def main() -> None:
     parser.add_argument("--grpo-steps-per-generation", type=int, default=None,
                         help="optimizer steps per rollout batch (rl.steps_per_generation; default one)")
     parser.add_argument("--grpo-completion-len", type=int, help="rollout token cap (default 768)")
+    parser.add_argument("--grpo-grad-accum", type=int,
+                        help="micro-batches per optimizer step (rl.grad_accum; default one)")
     parser.add_argument("--sim-workers", type=int, default=None,
                         help="simulation sandboxes (default: the cores less one, less 4 more while SFT compiles)")
     parser.add_argument("--sim-nice", type=int, default=0,
@@ -682,8 +688,8 @@ def main() -> None:
     sizes = dict(SMOKE if args.smoke else FULL)
     for key, value in (("grpo_tasks", args.grpo_tasks), ("num_generations", args.grpo_generations),
                        ("grpo_steps", args.grpo_steps), ("steps_per_generation", args.grpo_steps_per_generation),
-                       ("completion_len", args.grpo_completion_len)):
-        sizes[key] = value if value is not None else sizes[key]
+                       ("completion_len", args.grpo_completion_len), ("grad_accum", args.grpo_grad_accum)):
+        sizes[key] = value if value is not None else sizes.get(key)
     report = Report(args.out)
     root = Path(tempfile.mkdtemp(prefix="chorus-rl-loop-"))
     tasks = load_tasks(splits="train")

@@ -32,24 +32,29 @@ def planned_jobs(output: str) -> list[dict]:
     return jobs
 
 
-def experiment_command() -> list[str]:
+def experiment_command(*make_args: str) -> list[str]:
     """The snakemake arguments `make experiment` runs (as `make -n` prints them)."""
-    printed = subprocess.run(["make", "-n", "-o", "setup", "experiment", "GPU_MEM_GB=79"], cwd=REPO,
+    printed = subprocess.run(["make", "-n", "-o", "setup", "experiment", "GPU_MEM_GB=79", *make_args], cwd=REPO,
                              capture_output=True, text=True, check=True).stdout
     line = next(line for line in printed.splitlines() if "snakemake" in line)
     return line.split()[1:]
 
 
+def planned_by_rule(args: list[str], cwd) -> dict[str, list[dict]]:
+    """The jobs of a dry run of `make experiment`'s arguments on the lent machine's 16 cores."""
+    args = [str(REPO / a) if a.startswith(("config/", "profiles/")) else a for a in args]
+    args[args.index("all")] = "16"
+    proc = run_snakemake(["-n", "--nolock", "--forceall", *args], cwd=cwd)
+    by_rule: dict[str, list[dict]] = {}
+    for job in planned_jobs(proc.stdout + proc.stderr):
+        by_rule.setdefault(job["rule"], []).append(job)
+    return by_rule
+
+
 def test_make_experiment_shares_one_gpu_by_memory(tmp_path):
     args = experiment_command()
     assert args[args.index("--profile") + 1] == "profiles/gpu-node" and "gpu_mem_gb=79" in args
-    args = [str(REPO / a) if a.startswith(("config/", "profiles/")) else a for a in args]
-    args[args.index("all")] = "16"  # the lent machine's cores
-    proc = run_snakemake(["-n", "--nolock", "--forceall", *args], cwd=tmp_path)
-    jobs = planned_jobs(proc.stdout + proc.stderr)
-    by_rule = {}
-    for job in jobs:
-        by_rule.setdefault(job["rule"], []).append(job)
+    by_rule = planned_by_rule(args, tmp_path)
     gpu_mem = {rule: int(values["gpu_mem_gb"]) for rule, values in PROFILE["set-resources"].items()}
     for rule, memory in gpu_mem.items():
         for job in by_rule.get(rule, []):
@@ -67,6 +72,32 @@ def test_make_experiment_shares_one_gpu_by_memory(tmp_path):
     chain = ["preflight", "prebuild", "sft", "rl", "consolidate_sft"]
     assert all(job["first"] for rule in chain for job in by_rule[rule])
     assert all(job["first"] == ("pool=harvest" in job["wildcards"]) for job in by_rule["generate"])
+
+
+def test_a_measured_expert_memory_sizes_only_the_rl_jobs(tmp_path):
+    """benchmarks/device/rl_memory.py: an rl_loop report's peak sets the RL rules'
+    gpu_mem_gb (peak x 1.15 + 2) through make's SNAKEMAKE_TARGETS; every other GPU rule
+    keeps the profile's value (on the command line --set-resources replaces the profile's
+    whole list); the measurement's shape is the experiment's rollout batch."""
+    import json
+    import sys
+
+    tool = [sys.executable, str(REPO / "benchmarks" / "device" / "rl_memory.py")]
+    shape = subprocess.run([*tool, "shape", "smollm2_h200"], capture_output=True, text=True, check=True).stdout.split()
+    rl = yaml.safe_load((REPO / "config" / "experiments" / "smollm2_h200.yaml").read_text())["rl"]
+    value = dict(zip(shape[::2], map(int, shape[1::2])))
+    assert value["--grpo-tasks"] * value["--grpo-generations"] == rl["batch_size"] * rl["grad_accum"]
+    assert value["--grpo-steps-per-generation"] == rl["steps_per_generation"]
+    report = tmp_path / "rl_memory.json"
+    report.write_text(json.dumps({"details": {"grpo_batch16a2x32": {"static": {"peak_gpu_allocated_gib": 20.0}}}}))
+    resources = subprocess.run([*tool, "resources", str(report)], capture_output=True, text=True,
+                               check=True).stdout.strip()
+    by_rule = planned_by_rule(experiment_command(f"SNAKEMAKE_TARGETS={resources}"), tmp_path)
+    expected = {rule: int(values["gpu_mem_gb"]) for rule, values in PROFILE["set-resources"].items()}
+    expected.update(rl=25, consolidate_rl=25)
+    assert {"rl", "sft", "generate"} <= set(by_rule)
+    for rule, memory in expected.items():
+        assert all(int(job["resources"]["gpu_mem_gb"]) == memory for job in by_rule.get(rule, [])), rule
 
 
 def test_every_gpu_rule_states_its_gpu_memory():

