@@ -11,8 +11,11 @@ its synthetic test split + the shipped test tasks), built from the project's fun
   sft      chorus.data.sft_row of each verified program + the shipped train references
            (+ --repair-rows repair conversations, chorus.repair: a weakened program, the
            feedback on its simulation, the verified program) -> chorus.sft.train_stage
+  probe    the SFT model's --probe-k answers to every train task, sampled and scored as
+           the evaluation does: each train task's pass rate
   rl       chorus.rl.train_expert from the SFT model on the train split (dense reward;
-           `rl_binary`: the binary-reward ablation, same settings)
+           `rl_binary`: the binary-reward ablation, same settings); --rl-tasks unsolved:
+           only the train tasks the probe saw fail at least once
   eval     chorus.generate.sample_completions under one protocol (k, temperature, top-p,
            token cap: EVAL_PROTOCOL) -> score_generations (sandbox, guard on) ->
            Pass@1 with the bootstrap interval over tasks, statuses, cut-off answers,
@@ -57,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sft_synth_pass1 import base_model, timed, versions  # noqa: E402  (benchmarks/ is scripts, not a package)
 
 REPO = Path(__file__).resolve().parents[1]
-PHASES = ("verify", "build", "sft", "eval_sft", "rl", "eval_rl", "rl_binary", "eval_rl_binary")
+PHASES = ("verify", "build", "sft", "eval_sft", "probe", "rl", "eval_rl", "rl_binary", "eval_rl_binary")
 # one evaluation protocol for every model (CVDP's and LLM4Cov's: T 0.7, top-p 0.8, n 5)
 EVAL_PROTOCOL = {"k": 5, "temperature": 0.7, "top_p": 0.8, "max_new_tokens": 1536}
 
@@ -81,6 +84,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-length", type=int, default=4096)
     p.add_argument("--repair-rows", type=int, default=0,
                    help="SFT: up to N repair conversations (a weak answer, its feedback, a verified program)")
+    # probe and the RL task choice
+    p.add_argument("--probe-k", type=int, default=4, help="probe: answers per train task")
+    # a task the SFT model always passes gives GRPO groups of equal rewards: no gradient
+    p.add_argument("--rl-tasks", choices=("all", "unsolved"), default="all",
+                   help="rl phases: every train task, or those with a probe pass rate below 1")
     # rl
     p.add_argument("--rl-steps", type=int, default=256)
     # at 2e-5 (decayed linearly) 64 steps left 0.06-0.4% of the tokens in the clipped
@@ -105,6 +113,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.rl_steps, args.rl_generations, args.rl_batch, args.rl_steps_per_generation = 1, 2, 2, 1
         args.rl_max_completion, args.gen_batch_size, args.bootstrap = 16, 8, 100
         args.protocol.update(k=2, max_new_tokens=24)
+        args.probe_k = 2
     return args
 
 
@@ -256,6 +265,7 @@ def phase_rl(args, train, evaluation, reward: str) -> dict:
     from chorus.settings import GRPOExpert
 
     sandbox, timeouts = limits(args)
+    tasks, choice = rl_tasks(args, train)
     expert = GRPOExpert(name=f"rl_{reward}", reward=reward, num_generations=args.rl_generations,
                         max_completion_length=args.rl_max_completion, steps=args.rl_steps, lr=args.rl_lr,
                         beta=0.0, temperature=args.rl_temperature, top_p=args.rl_top_p, batch_size=args.rl_batch,
@@ -263,37 +273,87 @@ def phase_rl(args, train, evaluation, reward: str) -> dict:
     out = args.work / ("rl_model" if reward == "dense" else "rl_binary_model")
     timings: dict = {}
     metrics = timed(timings, "train_s", lambda: train_expert(
-        args.work / "sft_model", train, out, expert, sim_workers=args.workers, sim_limits=sandbox,
+        args.work / "sft_model", tasks, out, expert, sim_workers=args.workers, sim_limits=sandbox,
         sim_timeouts=timeouts, device="cpu" if args.smoke else None))
     calls = metrics["reward_calls"]
-    return {"expert": asdict(expert), "tasks": len(train), "trained_steps": metrics["steps"],
+    return {"expert": asdict(expert), "tasks": len(tasks), "task_choice": choice, "trained_steps": metrics["steps"],
             "breakdown": metrics["breakdown"],
             # the training reward per rollout batch: does it move?
             "reward_per_call": [{k: c[k] for k in ("step", "mean_reward", "passed", "n", "statuses")} for c in calls],
             **timings}
 
 
-def phase_eval(args, train, evaluation, model: str) -> dict:
+def rl_tasks(args, train) -> tuple[list, dict]:
+    """The train tasks GRPO trains on (--rl-tasks) and a record of the choice: all, or
+    those whose probe pass rate is below 1 (a task always passed gives no gradient)."""
+    if args.rl_tasks == "all":
+        return train, {"rl_tasks": "all"}
+    from chorus.rl import rl_dataset
+
+    probe_file = args.work / "probe.json"
+    if not probe_file.exists():
+        raise SystemExit(f"--rl-tasks unsolved needs the probe phase's {probe_file}: run --phases probe first")
+    probe = json.loads(probe_file.read_text())
+    unprobed = [t.id for t in train if t.id not in probe["per_task"]]
+    if unprobed:
+        raise SystemExit(f"{probe_file} has no pass rate for {len(unprobed)} train tasks (e.g. {unprobed[0]})")
+    tasks = [t for t in train if probe["per_task"][t.id] < 1.0]
+    if not tasks:
+        raise SystemExit(f"the probe passed every train task {probe['protocol']['k']} times: nothing to train on")
+    # train_expert's rl_dataset repeats the task list whole until a rollout batch's
+    # distinct prompts fit; a repeated task then fills several groups of one batch
+    prompts = args.rl_batch * args.rl_steps_per_generation // args.rl_generations
+    repeats = len(rl_dataset(tasks, min_rows=prompts)) // len(tasks)
+    choice = {"rl_tasks": "unsolved", "train_tasks": len(train), "probe_k": probe["protocol"]["k"],
+              "probe_pass_histogram": probe["pass_histogram"], "prompts_per_rollout_batch": prompts,
+              "task_list_repeats": repeats}
+    if repeats > 1:
+        choice["note"] = (f"fewer tasks than a rollout batch's {prompts} prompts: the list is repeated {repeats} "
+                          "times, so a task may fill several groups of one rollout batch")
+    return tasks, choice
+
+
+def phase_probe(args, train, evaluation) -> dict:
+    """The SFT model's --probe-k answers to every train task, sampled and scored under
+    the evaluation's protocol: per-task pass rates (`per_task`) for --rl-tasks."""
+    _, scored, summary = sample_and_score(args, "sft", train, args.probe_k, "probe")
+    passes = Counter(r["task_id"] for r in scored if r["passed"])
+    summary["pass_histogram"] = {f"{c}/{args.probe_k}": n for c, n in
+                                 sorted(Counter(passes[t.id] for t in train).items())}
+    return summary
+
+
+def sample_and_score(args, model: str, tasks, k: int, name: str) -> tuple[list[dict], list[dict], dict]:
+    """k answers of {model}_model per task, sampled under the evaluation's protocol to
+    gen_<name>.jsonl and scored to scores_<name>.jsonl (both resume): (answers, verdicts,
+    summary with the protocol and the timings)."""
     sandbox, timeouts = limits(args)
     timings: dict = {}
-    generations = args.work / f"gen_{model}.jsonl"
-    protocol = args.protocol
+    generations = args.work / f"gen_{name}.jsonl"
+    protocol = {**args.protocol, "k": k}
     stats = timed(timings, "generate_s", lambda: sample_completions(
-        args.work / f"{model}_model", evaluation, protocol["k"], generations,
+        args.work / f"{model}_model", tasks, k, generations,
         Sampling(temperature=protocol["temperature"], top_p=protocol["top_p"],
                  max_new_tokens=protocol["max_new_tokens"], sampler="auto", batch_size=args.gen_batch_size),
         device="cpu" if args.smoke else None))
     rows = read_jsonl(generations)
     scored = timed(timings, "score_s", lambda: score_generations(
-        rows, {t.id: t for t in evaluation}, args.work / f"scores_{model}.jsonl", workers=args.workers,
+        rows, {t.id: t for t in tasks}, args.work / f"scores_{name}.jsonl", workers=args.workers,
         limits=sandbox, timeouts=timeouts, extract=extract_answer))
-    summary = summarize(scored, evaluation, args.bootstrap)
+    summary = summarize(scored, tasks, args.bootstrap)
+    summary.update(protocol=protocol, generate_tokens_per_s=stats.get("tokens_per_s"),
+                   new_tokens=stats.get("new_tokens"), **timings)
+    return rows, scored, summary
+
+
+def phase_eval(args, train, evaluation, model: str) -> dict:
+    rows, _, summary = sample_and_score(args, model, evaluation, args.protocol["k"], model)
+    protocol = summary["protocol"]
     at_cap = sum(r.get("new_tokens", 0) >= protocol["max_new_tokens"] for r in rows)
     summary.update(
-        protocol=protocol, cutoff_fraction=at_cap / max(1, len(rows)),
+        cutoff_fraction=at_cap / max(1, len(rows)),
         unclosed_fence=sum(is_cut_off(r["completion"]) for r in rows),
-        median_completion_chars=sorted(len(r["completion"]) for r in rows)[len(rows) // 2] if rows else 0,
-        generate_tokens_per_s=stats.get("tokens_per_s"), new_tokens=stats.get("new_tokens"), **timings)
+        median_completion_chars=sorted(len(r["completion"]) for r in rows)[len(rows) // 2] if rows else 0)
     return summary
 
 
@@ -362,7 +422,7 @@ def main(argv=None) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.work.mkdir(parents=True, exist_ok=True)
     train, evaluation = task_sets(args)
-    runners = {"verify": phase_verify, "build": phase_build, "sft": phase_sft,
+    runners = {"verify": phase_verify, "build": phase_build, "sft": phase_sft, "probe": phase_probe,
                "rl": lambda *a: phase_rl(*a, "dense"), "rl_binary": lambda *a: phase_rl(*a, "binary")}
     for phase in PHASES:
         marker = args.work / f"{phase}.json"

@@ -96,10 +96,51 @@ def test_learning_signal_smoke_runs_sft_rl_and_their_evaluation(tmp_path):
     low, high = report["rl_minus_sft_ci95"]
     assert low <= report["rl_minus_sft"] <= high
     assert done["rl"]["trained_steps"] >= 1 and done["rl"]["reward_per_call"]
-    assert (work / "rl_model" / "rl_metrics.json").exists()
+    # --rl-tasks all (the default): the expert trains on every train task
+    train, _ = learning_signal.task_sets(learning_signal.parse_args(["--smoke", "--work", str(work)]))
+    assert done["rl"]["task_choice"] == {"rl_tasks": "all"} and done["rl"]["tasks"] == len(train)
+    assert json.loads((work / "rl_model" / "rl_metrics.json").read_text())["tasks"] == [t.id for t in train]
     # the program alone on the evaluation's synthetic tasks: one row per task
     assert done["build"]["test"]["samples"] == done["build"]["test"]["tasks"] >= 1
     assert json.loads(out.read_text())["rl_pass1"] == report["rl_pass1"]
+
+
+@pytest.mark.slow  # verifies programs, trains, samples and simulates
+def test_learning_signal_probe_and_rl_on_unsolved_tasks(tmp_path):
+    """probe: the SFT model's answers to every train task scored, one pass rate per task;
+    --rl-tasks unsolved: GRPO trains on the tasks with a failing answer only. The tiny
+    model's answers fail, so one task's answers are its verified programs, put in the
+    probe's generation journal (the probe resumes from it and samples the rest)."""
+    work, out = tmp_path / "work", tmp_path / "r.json"
+    common = ["--smoke", "--work", str(work), "--out", str(out)]
+    learning_signal.main([*common, "--phases", "verify", "sft"])
+    read = lambda name: [json.loads(line) for line in (work / name).read_text().splitlines()]  # noqa: E731
+    verdicts = {(s["task_id"], s["sample_id"]): s["passed"] for s in read("scores_program_sft.jsonl")}
+    programs: dict[str, list[dict]] = {}
+    for row in read("programs_sft.jsonl"):
+        if verdicts[(row["task_id"], row["sample_id"])]:
+            programs.setdefault(row["task_id"], []).append(row)
+    solved = next(tid for tid, rows in programs.items() if len(rows) == 2)  # the probe's k in --smoke
+    (work / "gen_probe.jsonl.partial").write_text(
+        "".join(json.dumps({**row, "new_tokens": 0}) + "\n" for row in programs[solved]))
+
+    report = learning_signal.main([*common, "--phases", "probe", "rl", "--rl-tasks", "unsolved"])
+    probe, rl = report["phases"]["probe"], report["phases"]["rl"]
+    train, _ = learning_signal.task_sets(learning_signal.parse_args(common))
+    scores = read("scores_probe.jsonl")
+    assert len(scores) == probe["samples"] == 2 * len(train) == probe["protocol"]["k"] * len(train)
+    for task in train:
+        passed = [s["passed"] for s in scores if s["task_id"] == task.id]
+        assert len(passed) == 2 and probe["per_task"][task.id] == pytest.approx(sum(passed) / 2)
+    assert probe["per_task"][solved] == 1.0
+    assert sum(probe["pass_histogram"].values()) == len(train) and probe["pass_histogram"]["2/2"] >= 1
+    unsolved = [t.id for t in train if probe["per_task"][t.id] < 1.0]
+    assert solved not in unsolved and unsolved
+    assert json.loads((work / "rl_model" / "rl_metrics.json").read_text())["tasks"] == unsolved
+    choice = rl["task_choice"]
+    assert rl["tasks"] == len(unsolved) and choice["train_tasks"] == len(train)
+    assert choice["rl_tasks"] == "unsolved" and choice["probe_pass_histogram"] == probe["pass_histogram"]
+    assert choice["task_list_repeats"] == 1  # one prompt per rollout batch in --smoke
 
 
 @pytest.mark.slow  # verifies programs, simulates weakened ones, trains

@@ -9,7 +9,8 @@
 # LS_PLAN=dense: every phase but the binary-reward ablation.
 # FR_ARGS: more arguments for benchmarks/feedback_rounds.py (e.g. `--rounds 2`).
 # LS_ARGS: more arguments for every phase of benchmarks/learning_signal.py (e.g. a shorter
-# `--rl-steps` when the lease has less time left than the whole run needs).
+# `--rl-steps` when the lease has less time left than the whole run needs). With
+# `--rl-tasks unsolved` in it, the probe phase runs before the experts.
 # LS_WORK: the run's folder (default /root/ls): a second recipe in the same lease (e.g.
 # LS_ARGS="--repair-rows 640") beside the first.
 # Both copy what exists so far (phase records, report, logs, generations and scores) to
@@ -76,6 +77,9 @@ run() {
   fi
   side=$!
   wait "$build"
+  # the experts' task choice needs the SFT model's pass rate on every train task
+  [[ " ${LS_ARGS:-} " == *" --rl-tasks unsolved "* ]] &&
+    "${ls[@]}" --phases probe --gen-batch-size 256 > "$WORK/probe.log" 2>&1
   "${ls[@]}" --phases rl > "$WORK/rl.log" 2>&1
   wait "$side"
   if [ -d "$WORK/rl_model" ]; then
