@@ -69,7 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", type=Path, default=Path("/root/ls"))
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "learning_signal.json")
-    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+    p.add_argument("--phases", nargs="+", choices=PHASES,
+                   help="default: every phase, the probe only for --rl-tasks unsolved")
     p.add_argument("--model", default="/root/smollm2-135m", help="base model folder (HF format)")
     p.add_argument("--tasks", type=Path, default=None, help="task manifest of the corpus (the fixed evaluation)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes on CPU: a tiny corpus and a tiny model")
@@ -108,6 +109,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.command = "python benchmarks/learning_signal.py " + " ".join(sys.argv[1:] if argv is None else argv)
     args.protocol = dict(EVAL_PROTOCOL)
+    if args.phases is None:
+        args.phases = [phase for phase in PHASES if phase != "probe" or args.rl_tasks == "unsolved"]
     if args.smoke:
         args.workers, args.epochs, args.batch_size, args.max_length = 2, 1.0, 2, 2048
         args.rl_steps, args.rl_generations, args.rl_batch, args.rl_steps_per_generation = 1, 2, 2, 1
