@@ -3,7 +3,8 @@ expert trained from it, on the fixed evaluation set (208 tasks of the reproducti
 its synthetic test split + the shipped test tasks), built from the project's functions:
 
   verify   chorus.harness.score.score_generations of --budgets programmatic references
-           (chorus.synth.program, run lengths drawn per design) of --sft-designs-per-family
+           (chorus.synth.program in --program-style: the input widths written in a table,
+           or read from the design; run lengths drawn per design) of --sft-designs-per-family
            synthetic train designs of each family: the passing ones are the SFT data
   build    the same for the evaluation designs (one program at the default budget: what
            the program alone reaches, no model) and then every train design: builds every
@@ -53,7 +54,7 @@ from chorus.metrics import bootstrap_interval, paired_bootstrap_interval, pass_a
 from chorus.prompts import extract_answer, format_completion, is_cut_off
 from chorus.settings import Sampling
 from chorus.synth.corpus import design_of
-from chorus.synth.program import Budget, draw_budgets, render_program
+from chorus.synth.program import PROGRAM_STYLES, Budget, draw_budgets, render_program
 from chorus.tasks import load_manifest, load_tasks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -78,6 +79,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sim-timeout", type=float, default=30.0)
     p.add_argument("--budgets", type=int, default=2, help="programs per train design (chorus.synth.program)")
     p.add_argument("--sft-designs-per-family", type=int, default=20)
+    p.add_argument("--program-style", choices=PROGRAM_STYLES, default="table",
+                   help="the programs' style (chorus.synth.program): input widths in a table, or read from the design")
     # sft
     p.add_argument("--epochs", type=float, default=3.0)
     p.add_argument("--lr", type=float, default=1e-4)
@@ -146,15 +149,16 @@ def task_sets(args) -> tuple[list, list]:
     return train, evaluation
 
 
-def program_rows(tasks, budgets: int) -> list[dict]:
-    """Generation-style rows holding programmatic references of the synthetic tasks:
-    `budgets` of them per task (drawn by the task id), or 0: one at the default budget."""
+def program_rows(tasks, budgets: int, style: str) -> list[dict]:
+    """Generation-style rows holding programmatic references (in `style`) of the synthetic
+    tasks: `budgets` of them per task (drawn by the task id), or 0: one at the default budget."""
     rows = []
     for t in tasks:
         if t.source != "synthetic":
             continue
         design = design_of(t)
-        rows += [{"task_id": t.id, "sample_id": i, "completion": format_completion(render_program(design, b))}
+        rows += [{"task_id": t.id, "sample_id": i,
+                  "completion": format_completion(render_program(design, b, style=style))}
                  for i, b in enumerate(program_budgets(t, budgets))]
     return rows
 
@@ -192,9 +196,9 @@ def limits(args) -> tuple[SandboxLimits, TimeoutPolicy]:
 def phase_verify(args, train, evaluation) -> dict:
     """Score --budgets programs of each SFT design: the passing ones are the SFT data."""
     tasks = sft_designs(args, train)
-    scored = score_programs(args, tasks, program_rows(tasks, args.budgets), "sft")
+    scored = score_programs(args, tasks, program_rows(tasks, args.budgets, args.program_style), "sft")
     return {"designs": len(tasks), "programs": len(scored), "passed": sum(bool(r["passed"]) for r in scored),
-            "statuses": dict(Counter(r["status"] for r in scored))}
+            "statuses": dict(Counter(r["status"] for r in scored)), "program_style": args.program_style}
 
 
 def phase_build(args, train, evaluation) -> dict:
@@ -203,10 +207,11 @@ def phase_build(args, train, evaluation) -> dict:
     program alone reaches, no model), then every train design (GRPO's), --budgets each."""
     report = {}
     for name, tasks, budgets in (("test", evaluation, 0), ("train", train, args.budgets)):
-        scored = timed(report, f"{name}_s", lambda: score_programs(args, tasks, program_rows(tasks, budgets), name))
+        rows = program_rows(tasks, budgets, args.program_style)
+        scored = timed(report, f"{name}_s", lambda: score_programs(args, tasks, rows, name))
         report[name] = summarize(scored, [t for t in tasks if t.source == "synthetic"], args.bootstrap)
         report[name].pop("per_task")
-    return report
+    return {**report, "program_style": args.program_style}
 
 
 def phase_sft(args, train, evaluation) -> dict:
@@ -249,7 +254,7 @@ def sft_repair_rows(args, by_id: dict, programs: list[dict], passed: set) -> tup
     designs = {tid: (design_of(by_id[tid]), program_budgets(by_id[tid], args.budgets)[row["sample_id"]])
                for tid, row in finals.items()}
     failed = [r for r in programs if r["task_id"] in finals and (r["task_id"], r["sample_id"]) not in passed]
-    weak = weak_answers(designs, failed)
+    weak = weak_answers(designs, failed, args.program_style)
     write_jsonl(args.work / "programs_repair.jsonl", weak)
     sandbox, timeouts = limits(args)
     timings: dict = {}
@@ -407,7 +412,7 @@ def write_report(args) -> dict:
         "sft_pass1": sft and sft["pass1"], "sft_pass1_ci95": sft and sft["pass1_ci95"],
         "sft_cutoff_fraction": sft and sft["cutoff_fraction"],
         "rl_pass1": rl and rl["pass1"], "rl_pass1_ci95": rl and rl["pass1_ci95"],
-        "rl_binary_pass1": binary and binary["pass1"],
+        "rl_binary_pass1": binary and binary["pass1"], "program_style": args.program_style,
     }
     if sft and rl:
         difference = paired(rl, sft, args.bootstrap)
@@ -419,11 +424,23 @@ def write_report(args) -> dict:
     return report
 
 
+def check_program_style(args) -> None:
+    """One --work holds programs of one --program-style: SFT trains on the verify phase's
+    programs, so a verify record of another style (earlier records: "table") stops the run."""
+    for phase in ("verify", "build"):
+        marker = args.work / f"{phase}.json"
+        recorded = json.loads(marker.read_text()).get("program_style", "table") if marker.exists() else None
+        if recorded not in (None, args.program_style):
+            raise SystemExit(f"{marker} holds {recorded!r} programs, not --program-style {args.program_style!r}: "
+                             "give this style its own --work")
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.work.mkdir(parents=True, exist_ok=True)
+    check_program_style(args)
     train, evaluation = task_sets(args)
     runners = {"verify": phase_verify, "build": phase_build, "sft": phase_sft, "probe": phase_probe,
                "rl": lambda *a: phase_rl(*a, "dense"), "rl_binary": lambda *a: phase_rl(*a, "binary")}

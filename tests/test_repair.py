@@ -2,6 +2,7 @@
 their real simulation and feedback, the rows built from them, a tiny-model SFT step."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from conftest import TINY_MODEL
@@ -11,7 +12,15 @@ from chorus.harness.score import score_generations
 from chorus.io import write_jsonl
 from chorus.modeling import build_tiny_model, load_tokenizer, task_corpus
 from chorus.prompts import FEEDBACK_HEADING, build_prompt, extract_answer, format_completion
-from chorus.repair import SHORT_RUN, WEAKNESSES, repair_rows, row_tokens, weak_answers, weakened_program
+from chorus.repair import (
+    SHORT_RUN,
+    STYLE_WEAKNESSES,
+    WEAKNESSES,
+    repair_rows,
+    row_tokens,
+    weak_answers,
+    weakened_program,
+)
 from chorus.synth.corpus import design_of, make_design
 from chorus.synth.program import Budget, render_program
 
@@ -34,6 +43,24 @@ def test_each_weakness_changes_only_what_it_names():
     short = weakened_program(COUNTER, Budget(), "short_run")
     assert short == render_program(COUNTER, SHORT_RUN) != full
     assert weakened_program(COUNTER, SHORT_RUN, "short_run") is None  # nothing shorter to write
+
+
+def test_the_dut_style_has_no_width_to_get_wrong():
+    """A "dut" program reads its widths from the design: its weak answers are the port
+    left out and the short run, both in that style."""
+    full = render_program(COUNTER, Budget(), style="dut")
+    left_out = weakened_program(COUNTER, Budget(), "port_left_out", "dut")
+    assert _inputs_line(full).startswith('INPUTS = ["inc", "load", "d"]')
+    assert _inputs_line(left_out).startswith('INPUTS = ["inc", "load"]')
+    assert left_out.replace(_inputs_line(left_out), "") == full.replace(_inputs_line(full), "")
+    assert weakened_program(COUNTER, Budget(), "short_run", "dut") == render_program(COUNTER, SHORT_RUN, style="dut")
+    assert weakened_program(COUNTER, Budget(), "width_too_wide", "dut") is None
+    assert weakened_program(COUNTER, Budget(), "width_too_narrow", "dut") is None
+    rows = weak_answers({"a": (COUNTER, Budget()), "b": (COUNTER, Budget())}, style="dut")
+    assert [(r["task_id"], r["weakness"]) for r in rows] == [
+        ("a", "port_left_out"), ("b", "short_run"), ("a", "short_run"), ("b", "port_left_out")]
+    assert all('INPUTS = ["' in r["completion"] for r in rows)
+    assert STYLE_WEAKNESSES["table"] == WEAKNESSES
 
 
 def test_weak_answers_spread_over_designs_and_weaknesses():
@@ -108,6 +135,29 @@ def test_feedback_comes_from_the_weak_answers_own_simulation(counter_task, simul
     assert wide["status"] == "runtime_error" and "| " in wide["feedback"]
     assert "not convertible" in wide["feedback"] or "out of range" in wide["feedback"]
     assert all(s["feedback"].startswith(f"Result: {s['status']}: ") for s in scores)
+
+
+def test_dut_style_weak_answers_in_simulation(counter_task, simulated, tmp_path):
+    """The "dut" style's weak answers fail as the table style's do (a port left out: its
+    bits never toggle); an output listed among the inputs is no mistake there: driven
+    with the width read from the design, the run goes on and passes (the score replays
+    the inputs only), which is why it is not one of the style's weaknesses."""
+    design, tasks = design_of(counter_task), {counter_task.id: counter_task}
+    weak = weak_answers({counter_task.id: (design, Budget())}, style="dut")
+    output = max((p for p in design.ports if p.direction == "output"), key=lambda p: p.width)
+    listed = replace(design, ports=[*design.ports, replace(output, direction="input")])
+    rows = [*weak, {"task_id": counter_task.id, "sample_id": len(weak), "weakness": "output_listed",
+                    "completion": format_completion(render_program(listed, Budget(), style="dut"))}]
+    assert _inputs_line(rows[-1]["completion"]).startswith(f'INPUTS = ["inc", "load", "d", "{output.name}"]')
+    scores = {w["weakness"]: s for w, s in zip(rows, score_generations(
+        rows, tasks, tmp_path / "weak.jsonl", extract=extract_answer, annotate=feedback_field, workers=2))}
+    left_out = scores["port_left_out"]
+    assert left_out["status"] == "below_target" and "- d: never rose (0->1) in bits 0-7" in left_out["feedback"]
+    table_scores = {w["weakness"]: s for w, s in zip(simulated[2], simulated[3])}
+    for weakness in ("port_left_out", "short_run"):  # the same run as the table style's
+        assert {k: v for k, v in scores[weakness].items() if k.startswith("cov_") or k == "status"} == {
+            k: v for k, v in table_scores[weakness].items() if k.startswith("cov_") or k == "status"}
+    assert scores["output_listed"]["status"] == "ok" and scores["output_listed"]["passed"]
 
 
 def test_repair_rows_are_conversations_ending_in_the_verified_program(counter_task, simulated):

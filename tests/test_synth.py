@@ -30,7 +30,8 @@ from chorus.synth.corpus import (
     write_task,
 )
 from chorus.synth.design import width_text
-from chorus.synth.program import BUDGET_CHOICES, draw_budgets
+from chorus.harness.coverage import parse_coverage_points
+from chorus.synth.program import BUDGET_CHOICES, PROGRAM_STYLES, Budget, draw_budgets, render_program
 from chorus.synth.verify import generate_and_verify, target_from
 from chorus.tasks import DEFAULT_TASK_ROOT, TaskFormatError, load_task, load_tasks
 from conftest import REPO, default_config, run_snakemake, write_config
@@ -309,6 +310,50 @@ def test_programmatic_reference_is_a_short_verified_variant(tmp_path, verified):
     # a task without a program (shipped, or a dropped program) trains on its reference
     others = [r for r in rows if r["source"] == "reference"]
     assert [r["task_id"] for r in others] == [t.id for t in shipped + list(tasks.values()) if t not in kept]
+
+
+def _as_table_program(dut_program: str, design) -> str:
+    """A "dut" program written back in the table style: the inputs with their widths
+    instead of the names, no widths read from the design."""
+    lines = dut_program.splitlines(keepends=True)
+    names = ast.literal_eval(re.search(r"^INPUTS = (\[.*\])", dut_program, re.M).group(1))
+    width = {p.name: p.width for p in design.ports}
+    table = "INPUTS = {" + ", ".join(f'"{n}": {width[n]}' for n in names) + "}  # input ports and their widths\n"
+    lines = [table if line.startswith("INPUTS = [") else line for line in lines
+             if not line.lstrip().startswith("widths = ")]
+    return "".join(lines).replace("widths.items()", "INPUTS.items()")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_dut_style_program_is_the_table_program_without_widths(family):
+    """The "dut" style lists the input names only and reads the widths from the design;
+    the rest of the program is the table style's, line for line."""
+    design = make_design(family, 0, "train", 1)
+    for budget in (Budget(), Budget(phases=2, cycles_per_phase=100, max_hold=4)):
+        table, dut = (render_program(design, budget, "t", style) for style in PROGRAM_STYLES)
+        listing = re.search(r"^INPUTS = (.*?)  #", dut, re.M).group(1)
+        assert ast.literal_eval(listing) == [p.name for p in design.inputs]
+        assert "widths = {name: len(getattr(dut, name)) for name in INPUTS}" in dut
+        assert _as_table_program(dut, design) == table != dut
+    with pytest.raises(ValueError, match="unknown program style"):
+        render_program(design, style="widths")
+
+
+def test_dut_style_reaches_the_table_styles_coverage_point_for_point(verified):
+    """The two styles drive the same values: simulated in Verilator, one design of every
+    family, the same verdict and the same replayed coverage, point for point and count
+    for count. A short budget, so some designs miss their target and both verdicts occur."""
+    _, tasks = verified
+    budget = Budget(phases=2, cycles_per_phase=100, max_hold=4)
+    items = [(task, render_program(design_of(task), budget, style=style))
+             for task in tasks.values() for style in PROGRAM_STYLES]
+    results = score_many(items, workers=2)
+    for (task, _), table, dut in zip(items[::2], results[::2], results[1::2]):
+        assert table.status in ("ok", "below_target"), (task.family, table.detail)
+        assert (dut.status, dut.passed, dut.coverage) == (table.status, table.passed, table.coverage), task.family
+        points = parse_coverage_points(table.coverage_dat)
+        assert points and parse_coverage_points(dut.coverage_dat) == points, task.family
+    assert {r.status for r in results} == {"ok", "below_target"}
 
 
 def test_program_budgets_are_distinct_and_seeded():

@@ -10,7 +10,9 @@ budget with one deliberate mistake, the ones evaluated models make: an input por
 out of INPUTS (its bits, and what they drive, never toggle), a width copied too wide
 (the simulator refuses the value: a runtime error) or too narrow (the upper bits never
 toggle), or a run too short for wide counters and without the reset in the middle of
-activity. Callers may add other failing programs of the design (the verify phase's
+activity. A program of the "dut" style (chorus.synth.program) reads its widths from the
+design, so it has no width to get wrong: its weak answers are the port left out and the
+short run. Callers may add other failing programs of the design (the verify phase's
 below-target budgets). Only answers whose simulation failed by the answer's own fault
 become rows.
 """
@@ -52,13 +54,21 @@ def _halve_widest(inputs: list[Port]) -> dict[str, int | None]:
 PORT_WEAKNESSES = {"port_left_out": _leave_out_widest, "width_too_wide": _widen_narrowest,
                    "width_too_narrow": _halve_widest}
 WEAKNESSES = (*PORT_WEAKNESSES, "short_run")
+# the weaknesses a program of each style (chorus.synth.program.PROGRAM_STYLES) can have:
+# the "dut" style writes no widths; an output listed among its inputs is no weakness
+# either (it is driven, the run goes on, and the score replays inputs only: one design
+# of every family simulated with its widest output listed passed as without it)
+STYLE_WEAKNESSES = {"table": WEAKNESSES, "dut": ("port_left_out", "short_run")}
 
 
-def weakened_program(design: Design, budget: Budget, weakness: str) -> str | None:
-    """`design`'s program at `budget` with `weakness` (WEAKNESSES); None where the design
-    cannot have it (no inputs, no input wider than a bit, `budget` already SHORT_RUN)."""
+def weakened_program(design: Design, budget: Budget, weakness: str, style: str = "table") -> str | None:
+    """`design`'s program at `budget` in `style` with `weakness` (WEAKNESSES); None where
+    it cannot have it (no inputs, no input wider than a bit, `budget` already SHORT_RUN,
+    a weakness the style does not have)."""
+    if weakness not in STYLE_WEAKNESSES[style]:
+        return None
     if weakness == "short_run":
-        return None if budget == SHORT_RUN else render_program(design, SHORT_RUN)
+        return None if budget == SHORT_RUN else render_program(design, SHORT_RUN, style=style)
     if not design.inputs:
         return None
     changes = PORT_WEAKNESSES[weakness](design.inputs)
@@ -66,18 +76,21 @@ def weakened_program(design: Design, budget: Budget, weakness: str) -> str | Non
         return None
     ports = [p if p.name not in changes else replace(p, width=changes[p.name])
              for p in design.ports if not (p.name in changes and changes[p.name] is None)]
-    return render_program(replace(design, ports=ports), budget)
+    return render_program(replace(design, ports=ports), budget, style=style)
 
 
-def weak_answers(designs: dict[str, tuple[Design, Budget]], failed: list[dict] = ()) -> list[dict]:
+def weak_answers(designs: dict[str, tuple[Design, Budget]], failed: list[dict] = (),
+                 style: str = "table") -> list[dict]:
     """Generation rows {task_id, sample_id, completion, weakness} of the weakened programs
-    of each task's (design, verified program's budget), plus the `failed` rows (other
-    failing programs: `weakness` "verify_budget"). Interleaved over tasks, each task's
-    weaknesses in a rotated order, so a prefix spreads over designs and weaknesses."""
+    (in `style`) of each task's (design, verified program's budget), plus the `failed`
+    rows (other failing programs: `weakness` "verify_budget"). Interleaved over tasks,
+    each task's weaknesses in a rotated order, so a prefix spreads over designs and
+    weaknesses."""
+    weaknesses = STYLE_WEAKNESSES[style]
     per_task: dict[str, list[dict]] = {}
     for index, (task_id, (design, budget)) in enumerate(designs.items()):
-        order = WEAKNESSES[index % len(WEAKNESSES):] + WEAKNESSES[:index % len(WEAKNESSES)]
-        programs = [(w, weakened_program(design, budget, w)) for w in order]
+        order = weaknesses[index % len(weaknesses):] + weaknesses[:index % len(weaknesses)]
+        programs = [(w, weakened_program(design, budget, w, style)) for w in order]
         per_task[task_id] = [{"task_id": task_id, "completion": format_completion(p), "weakness": w}
                              for w, p in programs if p is not None]
     for row in failed:

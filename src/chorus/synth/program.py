@@ -1,14 +1,19 @@
 """The programmatic reference stimulus: a short constrained-random cocotb test that a
 small model can learn from the spec alone.
 
-Every design gets the same shape of program: a table of its input ports and their
-widths (copied from the spec's interface table), a reset, a sweep that drives every bit
-of every input both ways, then phases of corner-biased random values, each phase with
-its own chance of a 1 per input bit and its own hold lengths (write-heavy and read-heavy
-phases fill and drain a FIFO; long holds let a debouncer settle; short ones chase an FSM
-through its transitions), and a reset in the middle of activity. What the program needs
+Every design gets the same shape of program: its input ports (copied from the spec's
+interface table), a reset, a sweep that drives every bit of every input both ways, then
+phases of corner-biased random values, each phase with its own chance of a 1 per input
+bit and its own hold lengths (write-heavy and read-heavy phases fill and drain a FIFO;
+long holds let a debouncer settle; short ones chase an FSM through its transitions), and
+a reset in the middle of activity. What the program needs
 to know of the design is in the spec: port names and widths, the clock, the reset and
 its polarity, and how long its slowest behaviour needs to run (the `Budget`).
+
+Two styles of one program (PROGRAM_STYLES): "table" lists the inputs with their widths
+(`INPUTS = {"en": 1, "d": 8}`), "dut" lists their names only and reads each width from
+the design when the test starts (`len(dut.d)`), so a width cannot be copied wrong. Both
+draw the same random values in the same order: the same stimulus.
 """
 
 from __future__ import annotations
@@ -49,13 +54,28 @@ def draw_budgets(rng: random.Random, count: int) -> list[Budget]:
     return budgets
 
 
-def render_program(design: Design, budget: Budget = Budget(), test_name: str = "cover") -> str:
-    """The program for `design`, its random phases sized by `budget`."""
-    inputs = ", ".join(f'"{p.name}": {p.width}' for p in design.inputs)
-    table = [f"INPUTS = {{{inputs}}}  # input ports and their widths", "", ""]
+PROGRAM_STYLES = ("table", "dut")
+
+
+def render_program(design: Design, budget: Budget = Budget(), test_name: str = "cover",
+                   style: str = "table") -> str:
+    """The program for `design`, its random phases sized by `budget`, in `style`
+    (PROGRAM_STYLES): the inputs' widths written in a table, or read from the design."""
+    if style == "table":
+        inputs = ", ".join(f'"{p.name}": {p.width}' for p in design.inputs)
+        listing = f"INPUTS = {{{inputs}}}  # input ports and their widths"
+        widths = "INPUTS"
+    elif style == "dut":
+        names = ", ".join(f'"{p.name}"' for p in design.inputs)
+        listing = f"INPUTS = [{names}]  # input ports (their widths come from the design)"
+        widths = "widths"
+    else:
+        raise ValueError(f"unknown program style {style!r} (one of {PROGRAM_STYLES})")
     if design.clocking is None:
-        return "\n".join(_COMB_HEAD + table + _comb_body(budget, test_name)) + "\n"
-    return "\n".join(_CLOCKED_HEAD + table + _clocked_body(design, budget, test_name)) + "\n"
+        lines = _COMB_HEAD + [listing, "", ""] + _comb_body(budget, test_name, widths)
+    else:
+        lines = _CLOCKED_HEAD + [listing, "", ""] + _clocked_body(design, budget, test_name, widths)
+    return "\n".join(lines) + "\n"
 
 
 _COMB_HEAD = ["import random", "", "import cocotb", "from cocotb.triggers import Timer", "", ""]
@@ -80,18 +100,23 @@ _DRAW = [
     "",
 ]
 
-# every bit of every input both ways (toggle coverage of the inputs and what they feed)
-_SWEEP = [
-    "    for name, width in INPUTS.items():  # every bit both ways",
-    "        for bit in range(width):",
-    "            await apply(dut, {name: 1 << bit})",
-    "        await apply(dut, {name: (1 << width) - 1})",
-    "        await apply(dut, {name: 0})",
-    "    rng = random.Random(1)",
-]
+def _sweep(widths: str) -> list[str]:
+    """Every bit of every input both ways (toggle coverage of the inputs and what they
+    feed), widths from the dict named `widths`: the table, or the one read from the design."""
+    # len() of a cocotb 2 handle is its width in bits: 1 for a one-bit port (LogicObject),
+    # n for a vector (PackedObject)
+    read = ["    widths = {name: len(getattr(dut, name)) for name in INPUTS}  # widths from the design"]
+    return (read if widths == "widths" else []) + [
+        f"    for name, width in {widths}.items():  # every bit both ways",
+        "        for bit in range(width):",
+        "            await apply(dut, {name: 1 << bit})",
+        "        await apply(dut, {name: (1 << width) - 1})",
+        "        await apply(dut, {name: 0})",
+        "    rng = random.Random(1)",
+    ]
 
 
-def _comb_body(budget: Budget, test_name: str) -> list[str]:
+def _comb_body(budget: Budget, test_name: str, widths: str) -> list[str]:
     return _DRAW + [
         "async def apply(dut, values):",
         "    for name, value in values.items():",
@@ -102,13 +127,13 @@ def _comb_body(budget: Budget, test_name: str) -> list[str]:
         "@cocotb.test()",
         f"async def {test_name}(dut):",
         "    await apply(dut, {name: 0 for name in INPUTS})",
-        *_SWEEP,
+        *_sweep(widths),
         f"    for _ in range({budget.phases * budget.cycles_per_phase}):",
-        "        await apply(dut, {name: draw(rng, width, 0.5) for name, width in INPUTS.items()})",
+        f"        await apply(dut, {{name: draw(rng, width, 0.5) for name, width in {widths}.items()}})",
     ]
 
 
-def _clocked_body(design: Design, budget: Budget, test_name: str) -> list[str]:
+def _clocked_body(design: Design, budget: Budget, test_name: str, widths: str) -> list[str]:
     c = design.clocking
     return _DRAW + [
         "async def apply(dut, values):",
@@ -128,13 +153,13 @@ def _clocked_body(design: Design, budget: Budget, test_name: str) -> list[str]:
         f"async def {test_name}(dut):",
         f'    cocotb.start_soon(Clock(dut.{c.clock}, 10, unit="ns").start())',
         "    await reset(dut)",
-        *_SWEEP,
+        *_sweep(widths),
         f"    for phase in range({budget.phases}):",
         "        ones = {name: rng.choice([0.1, 0.5, 0.9]) for name in INPUTS}",
         f"        longest = rng.choice([1, 1, 2, {budget.max_hold}])",
         "        cycles = 0",
         f"        while cycles < {budget.cycles_per_phase}:",
-        "            await apply(dut, {name: draw(rng, w, ones[name]) for name, w in INPUTS.items()})",
+        f"            await apply(dut, {{name: draw(rng, w, ones[name]) for name, w in {widths}.items()}})",
         "            hold = rng.randint(1, longest)",
         f"            await ClockCycles(dut.{c.clock}, hold)",
         "            cycles += hold",
