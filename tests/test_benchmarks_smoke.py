@@ -168,6 +168,30 @@ def test_learning_signal_sft_learns_repair_conversations(tmp_path):
     assert sft["steps"] >= 1
 
 
+@pytest.mark.slow  # verifies programs, simulates weakened ones, trains
+def test_learning_signal_program_style_dut_reaches_the_sft_rows(tmp_path):
+    """--program-style dut: the verify phase scores programs that read their widths from
+    the design, and SFT trains on them: its program rows and its repair rows (weak answer
+    and final program) write no width; a work folder keeps the style it was verified in."""
+    work = tmp_path / "work"
+    common = ["--smoke", "--work", str(work), "--out", str(tmp_path / "r.json")]
+    report = learning_signal.main([*common, "--phases", "verify", "sft", "--repair-rows", "8",
+                                   "--program-style", "dut"])
+    verify, sft = report["phases"]["verify"], report["phases"]["sft"]
+    assert report["program_style"] == verify["program_style"] == "dut" and verify["passed"] >= 1
+    read = lambda name: [json.loads(line) for line in (work / name).read_text().splitlines()]  # noqa: E731
+    rows = read("sft_train.jsonl")
+    programs = [r["completion"][0]["content"] for r in rows if r["source"] == "program"]
+    repairs = [r for r in rows if r["source"] == "repair"]
+    assert len(programs) == verify["passed"] and len(repairs) == sft["repair"]["rows"] >= 1
+    texts = programs + [text for r in repairs for text in (r["prompt"][2]["content"], r["completion"][0]["content"])]
+    for text in texts:
+        assert 'INPUTS = ["' in text and "len(getattr(dut, name))" in text and "INPUTS = {" not in text
+    assert set(sft["repair"]["rows_by_weakness"]) <= {"port_left_out", "short_run", "verify_budget"}
+    with pytest.raises(SystemExit, match="give this style its own --work"):
+        learning_signal.main([*common, "--phases", "sft"])  # the default style, "table"
+
+
 feedback_rounds = _import_benchmark("feedback_rounds")
 
 

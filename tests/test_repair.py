@@ -2,10 +2,11 @@
 their real simulation and feedback, the rows built from them, a tiny-model SFT step."""
 
 import json
+import sys
 from dataclasses import replace
 
 import pytest
-from conftest import TINY_MODEL
+from conftest import REPO, TINY_MODEL
 
 from chorus.harness.feedback import feedback_field, round_feedback
 from chorus.harness.score import score_generations
@@ -158,6 +159,31 @@ def test_dut_style_weak_answers_in_simulation(counter_task, simulated, tmp_path)
         assert {k: v for k, v in scores[weakness].items() if k.startswith("cov_") or k == "status"} == {
             k: v for k, v in table_scores[weakness].items() if k.startswith("cov_") or k == "status"}
     assert scores["output_listed"]["status"] == "ok" and scores["output_listed"]["passed"]
+
+
+def test_width_errors_counts_what_the_dut_style_cannot_write(counter_task, tmp_path):
+    """benchmarks/width_errors.py on simulated table-style answers: a one-bit input one
+    bit wider (`not convertible`), an output listed with a wrong width (`out of range`,
+    named), a literal too wide for the reset (not the table's: the dut style keeps it)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))  # benchmarks/ is scripts, not a package
+    import width_errors
+    design, tasks = design_of(counter_task), {counter_task.id: counter_task}
+    output = next(p for p in design.ports if p.direction == "output" and p.width > 1)
+    listed = replace(design, ports=[*design.ports, replace(output, direction="input", width=output.width + 1)])
+    reset = f"dut.{design.clocking.reset}.value = {design.clocking.asserted}"
+    programs = {"input": weakened_program(design, Budget(), "width_too_wide"),
+                "output": render_program(listed, Budget()),
+                "literal": render_program(design, Budget()).replace(reset, f"dut.{design.clocking.reset}.value = 2")}
+    rows = [{"task_id": counter_task.id, "sample_id": i, "completion": format_completion(text)}
+            for i, text in enumerate(programs.values())]
+    scores = score_generations(rows, tasks, tmp_path / "scores.jsonl", extract=extract_answer, workers=2)
+    assert [s["status"] for s in scores] == ["runtime_error"] * 3, [s["detail"] for s in scores]
+    write_jsonl(tmp_path / "samples.jsonl", rows)
+    (tmp_path / "manifest.json").write_text(json.dumps({"tasks": [{"dir": str(counter_task.root), "split": "train"}]}))
+    counts = width_errors.main([str(tmp_path / "samples.jsonl"), str(tmp_path / "scores.jsonl"),
+                                "--manifest", str(tmp_path / "manifest.json")])
+    assert counts == {"answers": 3, "runtime_errors": 3, "width_errors": 3, "width_error_table_input": 1,
+                      "width_error_table_output": 1, "width_error_elsewhere": 1}
 
 
 def test_repair_rows_are_conversations_ending_in_the_verified_program(counter_task, simulated):

@@ -13,6 +13,8 @@
 # `--rl-tasks unsolved` in it, the probe phase runs before the experts.
 # LS_WORK: the run's folder (default /root/ls): a second recipe in the same lease (e.g.
 # LS_ARGS="--repair-rows 640") beside the first.
+# LS_ARGS="--program-style dut" (widths read from the design) in its own LS_WORK: the seeded
+# verdicts below are of the table style's programs, so its verify phase simulates them all.
 # Both copy what exists so far (phase records, report, logs, generations and scores) to
 # $OUT/records.tar.gz (and the report beside it) before they return. The run: the SFT designs' programs verified, then the build
 # phase (every other design built, its programs scored) on the CPUs beside SFT and its
