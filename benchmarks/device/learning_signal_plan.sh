@@ -13,8 +13,9 @@
 # `--rl-tasks unsolved` in it, the probe phase runs before the experts.
 # LS_WORK: the run's folder (default /root/ls): a second recipe in the same lease (e.g.
 # LS_ARGS="--repair-rows 640") beside the first.
-# LS_ARGS="--program-style dut" (widths read from the design) in its own LS_WORK: the seeded
-# verdicts below are of the table style's programs, so its verify phase simulates them all.
+# LS_ARGS="--program-style dut" (widths read from the design): the verify phase is seeded
+# with that style's verdicts (learning_signal_verified_programs_dut.jsonl.gz); a work folder
+# keeps one style.
 # Both copy what exists so far (phase records, report, logs, generations and scores) to
 # $OUT/records.tar.gz (and the report beside it) before they return. The run: the SFT designs' programs verified, then the build
 # phase (every other design built, its programs scored) on the CPUs beside SFT and its
@@ -50,10 +51,13 @@ run() {
   ls=(python3 benchmarks/learning_signal.py --model /root/smollm2-135m
             --tasks results/smollm2_h200/tasks/manifest.json --work "$WORK" --out "$WORK/learning_signal.json" ${LS_ARGS:-})
   [ -d results/smollm2_h200 ] || tar -xzf benchmarks/data/corpus_smollm2_h200.tar.gz
-  # the verdicts of the 2026-12-06 run, keyed by each program's hash: programs of this
-  # code that were verified then are not simulated again (a changed program is)
+  # the verdicts of earlier runs (table style: the 2026-12-06 lease; dut style: 2026-12-07 on
+  # CPU), keyed by each program's hash: programs of this code verified then are not simulated
+  # again (a changed program is)
+  local seeded=benchmarks/data/learning_signal_verified_programs.jsonl.gz
+  [[ " ${LS_ARGS:-} " == *" --program-style dut "* ]] && seeded=benchmarks/data/learning_signal_verified_programs_dut.jsonl.gz
   [ -e "$WORK/scores_program_sft.jsonl.partial" ] || [ -e "$WORK/verify.json" ] ||
-    zcat benchmarks/data/learning_signal_verified_programs.jsonl.gz > "$WORK/scores_program_sft.jsonl.partial"
+    zcat "$seeded" > "$WORK/scores_program_sft.jsonl.partial"
   "${ls[@]}" --phases verify > "$WORK/verify.log" 2>&1
   if [ "${LS_PLAN:-all}" = rounds ]; then  # a short lease: the SFT model and its rounds only
     "${ls[@]}" --phases sft > "$WORK/sft.log" 2>&1
