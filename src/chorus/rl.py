@@ -84,9 +84,8 @@ def train_expert(
     `expert.format_weight`), separate so TRL logs both; the reward's simulations run in
     `sim_workers` sandboxes (the job's, shared by its ranks) under `sim_limits` and the
     per-task `sim_timeouts` (chorus.harness.timeouts). `expert.batch_size` completions per
-    device and micro-batch (`grad_accum` of them an optimizer step) are rounded to whole
-    groups of `num_generations`; `steps_per_generation` micro-batches are sampled at a
-    time, the larger batch a small
+    micro-batch (`grad_accum` a step) are rounded to whole groups of `num_generations`;
+    `steps_per_generation` micro-batches are sampled at a time, the larger batch a small
     model needs to decode fast on a GPU (the later steps learn slightly off-policy, within
     TRL's clipped ratio). The rollouts: chorus.rollouts (`rollout_backend`,
     `early_rewards`, `rollout_compile`, `rollout_slots`). The metrics break the run down
