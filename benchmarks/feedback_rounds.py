@@ -43,11 +43,10 @@ from chorus.metrics import paired_bootstrap_interval
 from chorus.prompts import build_prompt, extract_answer
 from chorus.report import per_sample_table, round_table
 from chorus.rounds import attempts, merged_rows, next_conversations, passed, round_seed
-from chorus.settings import Sampling
 from chorus.tasks import load_tasks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_signal import EVAL_PROTOCOL, limits, task_sets  # noqa: E402  (benchmarks/ is scripts)
+from learning_signal import EVAL_PROTOCOL, limits, protocol_sampling, task_sets  # noqa: E402  (benchmarks/ is scripts)
 from sft_synth_pass1 import base_model, timed, versions  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,8 +108,7 @@ def run_round(args, model: Path, tasks: list, number: int, earlier: list, arm: s
     generations, score_file, _ = round_files(args.work, number, arm)
     stats = timed(timings, "generate_s", lambda: sample_completions(
         model, tasks, protocol["k"], generations,
-        Sampling(temperature=protocol["temperature"], top_p=protocol["top_p"],
-                 max_new_tokens=protocol["max_new_tokens"], sampler="auto", batch_size=args.gen_batch_size),
+        protocol_sampling(protocol, args.gen_batch_size),
         seed=seed, device="cpu" if args.smoke else None, conversations=conversations))
     rows = read_jsonl(generations)
     sandbox, timeouts = limits(args)
@@ -139,17 +137,21 @@ def run_arm(args, model: Path, tasks: list, arm: str) -> tuple[list, list]:
     return rounds, costs
 
 
+def samples_by_round(rounds: list) -> pd.DataFrame:
+    """The per-sample table of `rounds`: whether each sample passed by round r, its coverage."""
+    return per_sample_table(merged_rows(attempts(rounds), len(rounds)), model="model")
+
+
 def per_task_by_round(rounds: list) -> pd.DataFrame:
     """Tasks x rounds: each task's Pass@1 after round r (any round up to r passed)."""
-    table = per_sample_table(merged_rows(attempts(rounds), len(rounds)), model="model")
+    table = samples_by_round(rounds)
     columns = [f"passed_r{r}" for r in range(1, len(rounds) + 1)]
     return table[["task_id", *columns]].astype({c: float for c in columns}).groupby("task_id").mean()
 
 
 def pass1_by_round(args, rounds: list) -> list[dict]:
     """Pass@1 after each round with its bootstrap interval, and the mean coverage."""
-    table = per_sample_table(merged_rows(attempts(rounds), len(rounds)), model="model")
-    curve = round_table(table, {"resamples": args.bootstrap})
+    curve = round_table(samples_by_round(rounds), {"resamples": args.bootstrap})
     return [{"round": int(row["round"]), "pass1": row["pass@1"], "ci95": [row["pass@1_lo"], row["pass@1_hi"]],
              "mean_coverage": row["mean_coverage"], "tasks": int(row["tasks"])} for _, row in curve.iterrows()]
 

@@ -341,8 +341,7 @@ def sample_and_score(args, model: str, tasks, k: int, name: str) -> tuple[list[d
     protocol = {**args.protocol, "k": k}
     stats = timed(timings, "generate_s", lambda: sample_completions(
         args.work / f"{model}_model", tasks, k, generations,
-        Sampling(temperature=protocol["temperature"], top_p=protocol["top_p"],
-                 max_new_tokens=protocol["max_new_tokens"], sampler="auto", batch_size=args.gen_batch_size),
+        protocol_sampling(protocol, args.gen_batch_size),
         device="cpu" if args.smoke else None))
     rows = read_jsonl(generations)
     scored = timed(timings, "score_s", lambda: score_generations(
@@ -352,6 +351,12 @@ def sample_and_score(args, model: str, tasks, k: int, name: str) -> tuple[list[d
     summary.update(protocol=protocol, generate_tokens_per_s=stats.get("tokens_per_s"),
                    new_tokens=stats.get("new_tokens"), **timings)
     return rows, scored, summary
+
+
+def protocol_sampling(protocol: dict, batch_size: int | None) -> Sampling:
+    """The Sampling of an evaluation protocol (EVAL_PROTOCOL's keys), the sampler chosen by device."""
+    return Sampling(temperature=protocol["temperature"], top_p=protocol["top_p"],
+                    max_new_tokens=protocol["max_new_tokens"], sampler="auto", batch_size=batch_size)
 
 
 def phase_eval(args, train, evaluation, model: str) -> dict:
