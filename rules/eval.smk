@@ -125,8 +125,9 @@ rule score_round_shard:
         shard=lambda wc: int(wc.shard),
         num_shards=config["simulation"]["shards"],
         simulation=PLAN.simulation(),
+        feedback=True,
     script:
-        "../scripts/score_round_shard.py"
+        "../scripts/score_shard.py"
 
 
 if config["eval"]["rounds"] > 1:

@@ -2,9 +2,12 @@
 
 Results are appended per sample to a sidecar file, so a killed or preempted job resumes
 without re-simulating finished samples; the declared output appears only when complete.
+A coverage-closure round's shard (rule score_round_shard, `params.feedback`) also gives
+each result row the harness's feedback for the next round (chorus.harness.feedback).
 """
 
 from chorus.harness import score_generations
+from chorus.harness.feedback import feedback_field
 from chorus.harness.timeouts import sandbox_settings
 from chorus.io import read_jsonl, script_logging
 from chorus.plan import job_settings
@@ -23,6 +26,7 @@ with script_logging(snakemake):
         limits=limits,
         timeouts=timeouts,
         extract=extract_answer,
+        annotate=feedback_field if getattr(snakemake.params, "feedback", False) else None,
     )
     passed = sum(r["passed"] for r in results)
     print(f"shard {shard}/{num_shards}: {len(results)} samples scored, {passed} passing")
