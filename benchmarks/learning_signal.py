@@ -99,8 +99,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     # region and the answers as close to the SFT model's as two SFT runs' (benchmarks/README.md)
     p.add_argument("--rl-lr", type=float, default=5e-5)
     p.add_argument("--rl-generations", type=int, default=8, help="completions per prompt (GRPO group)")
-    p.add_argument("--rl-batch", type=int, default=32, help="completions per optimizer step")
-    p.add_argument("--rl-steps-per-generation", type=int, default=16)
+    # a micro-batch of 32 rows ran out of an H100's memory in the training step's forward once
+    # a row reached the 1,536-token cap (twice, 2026-12-07): the same 32-completion steps in
+    # two halves (the peak scales with rows x (prompt + completion) tokens)
+    p.add_argument("--rl-batch", type=int, default=16, help="completions per micro-batch")
+    p.add_argument("--rl-grad-accum", type=int, default=2, help="micro-batches per optimizer step")
+    p.add_argument("--rl-steps-per-generation", type=int, default=32,
+                   help="micro-batches per rollout batch (TRL's steps_per_generation)")
     # rollouts sampled like the evaluation (EVAL_PROTOCOL): at T 1.0 and 768 tokens, 19% of
     # them were syntax errors and 33% runtime errors against 0.3% and 10% evaluated
     p.add_argument("--rl-max-completion", type=int, default=1536)
@@ -116,7 +121,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.phases = [phase for phase in PHASES if phase != "probe" or args.rl_tasks == "unsolved"]
     if args.smoke:
         args.workers, args.epochs, args.batch_size, args.max_length = 2, 1.0, 2, 2048
-        args.rl_steps, args.rl_generations, args.rl_batch, args.rl_steps_per_generation = 1, 2, 2, 1
+        # one optimizer step of two micro-batches of one group: the default shape, smaller
+        args.rl_steps, args.rl_generations, args.rl_batch, args.rl_grad_accum, args.rl_steps_per_generation = 1, 2, 2, 2, 2
         args.rl_max_completion, args.gen_batch_size, args.bootstrap = 16, 8, 100
         args.protocol.update(k=2, max_new_tokens=24)
         args.probe_k = 2
@@ -277,7 +283,7 @@ def phase_rl(args, train, evaluation, reward: str) -> dict:
     expert = GRPOExpert(name=f"rl_{reward}", reward=reward, num_generations=args.rl_generations,
                         max_completion_length=args.rl_max_completion, steps=args.rl_steps, lr=args.rl_lr,
                         beta=0.0, temperature=args.rl_temperature, top_p=args.rl_top_p, batch_size=args.rl_batch,
-                        steps_per_generation=args.rl_steps_per_generation, save_steps=args.rl_steps)
+                        grad_accum=args.rl_grad_accum, steps_per_generation=args.rl_steps_per_generation, save_steps=args.rl_steps)
     out = args.work / ("rl_model" if reward == "dense" else "rl_binary_model")
     timings: dict = {}
     metrics = timed(timings, "train_s", lambda: train_expert(

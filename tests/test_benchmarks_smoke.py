@@ -96,6 +96,8 @@ def test_learning_signal_smoke_runs_sft_rl_and_their_evaluation(tmp_path):
     low, high = report["rl_minus_sft_ci95"]
     assert low <= report["rl_minus_sft"] <= high
     assert done["rl"]["trained_steps"] >= 1 and done["rl"]["reward_per_call"]
+    # the optimizer step in micro-batches (--rl-grad-accum), as the GPU run takes it
+    assert done["rl"]["expert"]["grad_accum"] == 2 and done["rl"]["expert"]["batch_size"] == 2
     # --rl-tasks all (the default): the expert trains on every train task
     train, _ = learning_signal.task_sets(learning_signal.parse_args(["--smoke", "--work", str(work)]))
     assert done["rl"]["task_choice"] == {"rl_tasks": "all"} and done["rl"]["tasks"] == len(train)

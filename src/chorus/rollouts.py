@@ -13,11 +13,14 @@ generate through `_generate_single_turn`, as TRL's own tool loop does.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import TYPE_CHECKING
 
 from chorus.generate import SAMPLERS
 from chorus.harness.feedback import round_feedback
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from chorus.reward import CoverageReward
@@ -176,6 +179,8 @@ class RolloutTimer:
             completion_ids, logprobs = generate(*args, **kwargs)
             self.batches.append({"s": time.perf_counter() - start, "tokens": sum(len(ids) for ids in completion_ids),
                                  "rows": len(completion_ids), "gpu_allocated_gib_before": held})
+            # logged as it happens too: a run that dies (out of memory) keeps the trend in its log
+            log.info("rollout batch %d: %s", len(self.batches), json.dumps(self.batches[-1]))
             return completion_ids, logprobs
 
         trainer._generate_single_turn = timed
