@@ -231,3 +231,31 @@ def test_feedback_rounds_smoke_measures_pass1_after_each_round(tmp_path):
     drawn = [json.loads(line) for line in (work / "gen_r2_resample.jsonl").read_text().splitlines()]
     fed = [json.loads(line) for line in (work / "gen_r2.jsonl").read_text().splitlines()]
     assert [(g["task_id"], g["sample_id"]) for g in drawn] == [(g["task_id"], g["sample_id"]) for g in fed]
+
+
+paired_evaluations = _import_benchmark("paired_evaluations")
+
+
+def test_paired_evaluations_compares_two_recorded_evaluations_task_by_task(tmp_path):
+    """benchmarks/paired_evaluations.py on two committed records: the difference is the
+    mean per-task difference, inside its interval; the win counts add up; a record without
+    the phase and two protocols that differ are refused."""
+    results = REPO / "benchmarks" / "results"
+    model, baseline = f"{results}/learning_signal_dut.json:eval_sft", f"{results}/learning_signal.json:eval_sft"
+    report = paired_evaluations.main([model, baseline, "--bootstrap", "200", "--out", str(tmp_path / "out.json")])
+    ours = json.loads((results / "learning_signal_dut.json").read_text())["phases"]["eval_sft"]["per_task"]
+    theirs = json.loads((results / "learning_signal.json").read_text())["phases"]["eval_sft"]["per_task"]
+    assert report["tasks"] == len(ours.keys() & theirs.keys()) == 208
+    difference = report["model_minus_baseline"]
+    assert difference["difference"] == pytest.approx(sum(ours[t] - theirs[t] for t in ours) / len(ours))
+    assert difference["ci95"][0] <= difference["difference"] <= difference["ci95"][1]
+    unchanged = sum(ours[t] == theirs[t] for t in ours)
+    assert report["tasks_better"] + report["tasks_worse"] + unchanged == 208
+    assert json.loads((tmp_path / "out.json").read_text()) == report
+    with pytest.raises(SystemExit, match="no phase"):
+        paired_evaluations.main([f"{results}/learning_signal_dut.json:eval_rl", baseline])
+    other = json.loads((results / "learning_signal.json").read_text())
+    other["phases"]["eval_sft"]["protocol"]["k"] = 4
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="different protocols"):
+        paired_evaluations.main([model, f"{tmp_path / 'other.json'}:eval_sft"])
