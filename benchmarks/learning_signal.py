@@ -99,9 +99,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     # region and the answers as close to the SFT model's as two SFT runs' (benchmarks/README.md)
     p.add_argument("--rl-lr", type=float, default=5e-5)
     p.add_argument("--rl-generations", type=int, default=8, help="completions per prompt (GRPO group)")
-    # a micro-batch of 32 rows ran out of an H100's memory in the training step's forward once
-    # a row reached the 1,536-token cap (twice, 2026-12-07): the same 32-completion steps in
-    # two halves (the peak scales with rows x (prompt + completion) tokens)
+    # micro-batches of 32 rows with answers up to 1,536 tokens ran out of an H100's memory in
+    # the training step's forward, twice (benchmarks/README.md): the same 32-completion steps
+    # in two halves (the forward's memory grows with rows x (prompt + completion) tokens)
     p.add_argument("--rl-batch", type=int, default=16, help="completions per micro-batch")
     p.add_argument("--rl-grad-accum", type=int, default=2, help="micro-batches per optimizer step")
     p.add_argument("--rl-steps-per-generation", type=int, default=32,
