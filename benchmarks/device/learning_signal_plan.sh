@@ -8,6 +8,9 @@
 # LS_PLAN=rounds: only the SFT model and its feedback rounds (a lease too short for the expert).
 # LS_PLAN=dense: every phase but the binary-reward ablation.
 # FR_ARGS: more arguments for benchmarks/feedback_rounds.py (e.g. `--rounds 2`).
+# LS_ROUNDS: the models whose feedback rounds run (default "sft rl"; "none": neither; "rl" when the SFT
+# model's are measured already: the dut-style SFT model's with the resample control are,
+# benchmarks/results/feedback_rounds_dut_resample.json).
 # LS_ARGS: more arguments for every phase of benchmarks/learning_signal.py (e.g. a shorter
 # `--rl-steps` when the lease has less time left than the whole run needs). With
 # `--rl-tasks unsolved` in it, the probe phase runs before the experts.
@@ -47,6 +50,11 @@ rounds() {
     > "$WORK/rounds_$model.log" 2>&1
 }
 
+# whether LS_ROUNDS names this model (sft, rl)
+wants_rounds() {
+  [[ " ${LS_ROUNDS:-sft rl} " == *" $1 "* ]]
+}
+
 run() {
   ls=(python3 benchmarks/learning_signal.py --model /root/smollm2-135m
             --tasks results/smollm2_h200/tasks/manifest.json --work "$WORK" --out "$WORK/learning_signal.json" ${LS_ARGS:-})
@@ -76,7 +84,7 @@ run() {
   # the expert's evaluation (a round's 512 long conversations and the expert do not fit together)
   local gib side
   gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
-  if ((${gib:-0} > 100000)); then
+  if ((${gib:-0} > 100000)) && wants_rounds sft; then
     (eval_sft && rounds sft --workers 6) &
   else
     eval_sft &
@@ -93,8 +101,8 @@ run() {
   else
     echo "no rl_model: the dense expert's training failed (rl.log)" > "$WORK/eval_rl.log"
   fi
-  [ -e "$WORK/feedback_rounds_sft.json" ] || rounds sft
-  [ -d "$WORK/rl_model" ] && [ ! -e "$WORK/feedback_rounds_rl.json" ] && rounds rl  # the dense expert's rounds
+  wants_rounds sft && [ ! -e "$WORK/feedback_rounds_sft.json" ] && rounds sft
+  wants_rounds rl && [ -d "$WORK/rl_model" ] && [ ! -e "$WORK/feedback_rounds_rl.json" ] && rounds rl  # the dense expert's rounds
   if [ "${LS_PLAN:-all}" = dense ]; then  # the binary ablation measured already
     echo "run: every phase but the binary ablation ran" > "$WORK/finished"
     return
@@ -126,8 +134,8 @@ case "${1:?usage: learning_signal_plan.sh start|poll [SECONDS]}" in
 start)
   [ -d /root/smollm2-135m ] || bash benchmarks/device/prepare.sh install
   [ -e "$WORK/finished" ] && rm "$WORK/finished"
-  export -f run eval_sft rounds
-  export LS_ARGS LS_PLAN FR_ARGS
+  export -f run eval_sft rounds wants_rounds
+  export LS_ARGS LS_PLAN FR_ARGS LS_ROUNDS
   WORK=$WORK setsid nohup bash -c run > "$WORK/run.log" 2>&1 < /dev/null &
   follow "${2:-540}"
   ;;
