@@ -259,3 +259,33 @@ def test_paired_evaluations_compares_two_recorded_evaluations_task_by_task(tmp_p
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(SystemExit, match="different protocols"):
         paired_evaluations.main([model, f"{tmp_path / 'other.json'}:eval_sft"])
+
+
+interface_errors = _import_benchmark("interface_errors")
+
+_FIFO_SPEC = """| Port | Direction | Width | Description |
+|------|-----------|-------|-------------|
+| `clk` | input | 1 | clock |
+| `rst_n` | input | 1 | synchronous reset, active low |
+| `wr` | input | 1 | write `din` (ignored when full) |
+| `din` | input | 11 (`[10:0]`) | write data |
+| `full` | output | 1 | 16 entries stored |
+"""
+
+
+@pytest.mark.parametrize(("inputs", "reset", "errors"), [
+    ('["wr", "din"]', "[0, 1]", set()),
+    ('{"wr": 1, "din": 11}', "[0, 1]", set()),  # the table style
+    ('["wr"]', "[0, 1]", {"inputs_missing"}),
+    ('["wr", "din", "in7"]', "[0, 1]", {"unknown_names"}),
+    ('["wr", "din", "full"]', "[0, 1]", {"outputs_listed"}),
+    ('["wr", "din"]', "[1, 0]", {"reset_left_asserted"}),  # active low, left at 0
+])
+def test_interface_errors_reads_inputs_and_reset_against_the_spec(inputs, reset, errors):
+    first, last = json.loads(reset)
+    code = (f"INPUTS = {inputs}\n\n\nasync def reset(dut):\n    dut.rst_n.value = {first}\n"
+            f"    await Timer(1)\n    dut.rst_n.value = {last}\n")
+    ports = interface_errors.interface(_FIFO_SPEC)
+    assert ports["reset"] == "rst_n" and ports["active"] == 0 and ports["driven"] == {"wr", "din"}
+    assert interface_errors.check(code, ports) == errors
+    assert interface_errors.check("INPUTS = [", ports) == {"unparsed"}
