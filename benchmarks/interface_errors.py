@@ -17,7 +17,8 @@ Counts per verdict, and Pass@1 among the answers with none of the errors above
 (`interface_right`) against the others: what the interface costs.
 
   PYTHONPATH=src python benchmarks/interface_errors.py --manifest results/smollm2_h200/tasks/manifest.json \\
-      benchmarks/results/learning_signal_dut_sft_samples.jsonl.gz benchmarks/results/learning_signal_dut_sft_scores.jsonl.gz
+      benchmarks/results/learning_signal_dut_sft_samples.jsonl.gz \\
+      benchmarks/results/learning_signal_dut_sft_scores.jsonl.gz
 """
 
 from __future__ import annotations

@@ -95,6 +95,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="rl phases: every train task, or those with a probe pass rate below 1")
     # rl
     p.add_argument("--rl-steps", type=int, default=256)
+    p.add_argument("--rl-time-budget-s", type=float, default=None,
+                   help="end each expert's training with the rollout batch after which another would pass this")
     # at 2e-5 (decayed linearly) 64 steps left 0.06-0.4% of the tokens in the clipped
     # region and the answers as close to the SFT model's as two SFT runs' (benchmarks/README.md)
     p.add_argument("--rl-lr", type=float, default=5e-5)
@@ -122,7 +124,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.smoke:
         args.workers, args.epochs, args.batch_size, args.max_length = 2, 1.0, 2, 2048
         # one optimizer step of two micro-batches of one group: the default shape, smaller
-        args.rl_steps, args.rl_generations, args.rl_batch, args.rl_grad_accum, args.rl_steps_per_generation = 1, 2, 2, 2, 2
+        args.rl_steps, args.rl_generations, args.rl_batch = 1, 2, 2
+        args.rl_grad_accum, args.rl_steps_per_generation = 2, 2
         args.rl_max_completion, args.gen_batch_size, args.bootstrap = 16, 8, 100
         args.protocol.update(k=2, max_new_tokens=24)
         args.probe_k = 2
@@ -283,7 +286,8 @@ def phase_rl(args, train, evaluation, reward: str) -> dict:
     expert = GRPOExpert(name=f"rl_{reward}", reward=reward, num_generations=args.rl_generations,
                         max_completion_length=args.rl_max_completion, steps=args.rl_steps, lr=args.rl_lr,
                         beta=0.0, temperature=args.rl_temperature, top_p=args.rl_top_p, batch_size=args.rl_batch,
-                        grad_accum=args.rl_grad_accum, steps_per_generation=args.rl_steps_per_generation, save_steps=args.rl_steps)
+                        grad_accum=args.rl_grad_accum, steps_per_generation=args.rl_steps_per_generation,
+                        save_steps=args.rl_steps, time_budget_s=args.rl_time_budget_s)
     out = args.work / ("rl_model" if reward == "dense" else "rl_binary_model")
     timings: dict = {}
     metrics = timed(timings, "train_s", lambda: train_expert(
@@ -291,6 +295,7 @@ def phase_rl(args, train, evaluation, reward: str) -> dict:
         sim_timeouts=timeouts, device="cpu" if args.smoke else None))
     calls = metrics["reward_calls"]
     return {"expert": asdict(expert), "tasks": len(tasks), "task_choice": choice, "trained_steps": metrics["steps"],
+            "stopped_by_time_budget": metrics["stopped_by_time_budget"],
             "breakdown": metrics["breakdown"],
             # the training reward per rollout batch: does it move?
             "reward_per_call": [{k: c[k] for k in ("step", "mean_reward", "passed", "n", "statuses")} for c in calls],

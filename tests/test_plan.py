@@ -84,18 +84,20 @@ def test_unknown_synth_family_fails_naming_the_key():
 
 
 def test_optional_settings_enter_params_only_when_set():
-    """rl.steps_per_generation, rl.top_p, rl.grad_accum and eval.batch_size, null by
-    default, are no params then (runs made before they existed re-run nothing) and are
-    params once set (they change results)."""
+    """rl.steps_per_generation, rl.top_p, rl.grad_accum, rl.time_budget_s and
+    eval.batch_size, null by default, are no params then (runs made before they existed
+    re-run nothing) and are params once set (they change results)."""
     config = default_config()
     plan = Plan(config)
-    assert not {"steps_per_generation", "top_p", "grad_accum"} & set(plan.expert("easy_dense"))
+    assert not {"steps_per_generation", "top_p", "grad_accum", "time_budget_s"} & set(plan.expert("easy_dense"))
     assert "batch_size" not in plan.sampling() and plan.sampling()["sampler"] == config["eval"]["sampler"]
     config["rl"]["steps_per_generation"] = 4
     config["eval"]["batch_size"] = 256
     config["rl"]["top_p"] = 0.8
     config["rl"]["grad_accum"] = 2
+    config["rl"]["time_budget_s"] = 600
     plan = Plan(config)
     expert = plan.expert("full_dense")
     assert (expert["steps_per_generation"], expert["top_p"], expert["grad_accum"]) == (4, 0.8, 2)
+    assert expert["time_budget_s"] == 600
     assert plan.sampling()["batch_size"] == 256 and plan.harvest_settings()["sampling"]["batch_size"] == 256

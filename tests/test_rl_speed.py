@@ -429,6 +429,20 @@ def test_grpo_rollouts_through_fast_backends_with_breakdown(base, tmp_path, back
 
 
 @pytest.mark.slow
+def test_an_expert_out_of_time_is_saved_with_the_steps_it_trained(base, tmp_path):
+    """rl.time_budget_s: a budget that one rollout batch already uses up ends training
+    after that batch (1 of 3 steps); the expert is saved and says why it stopped."""
+    tasks = [t for t in TRAIN if t.difficulty == "easy"][:1]
+    expert = GRPOExpert(steps=3, num_generations=2, batch_size=2, max_completion_length=8, rollout_backend="static",
+                        time_budget_s=1e-3)
+    metrics = train_expert(base, tasks, tmp_path / "expert", expert, sim_workers=2, use_cpu=True,
+                           sim_timeouts=TimeoutPolicy())
+    assert metrics["steps"] == 1 and metrics["stopped_by_time_budget"] is True
+    saved = json.loads((tmp_path / "expert" / "rl_metrics.json").read_text())
+    assert saved["steps"] == 1 and (tmp_path / "expert" / "config.json").exists()
+
+
+@pytest.mark.slow
 def test_one_rollout_batch_serves_several_steps(base, tmp_path):
     """rl.steps_per_generation: two optimizer steps learn from one rollout batch of twice
     the step's completions, sampled and simulated in one go; the batch needs two prompts

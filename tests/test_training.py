@@ -100,3 +100,22 @@ def test_grpo_config_takes_the_expert_micro_batches(tmp_path, grad_accum):
     args = grpo_config(expert, "generate", tmp_path, precision_flags("cpu"), None, [], None, {"report_to": "none"})
     assert args.gradient_accumulation_steps == (grad_accum or 1)
     assert (args.per_device_train_batch_size, args.generation_batch_size) == (4, 16)
+
+
+def test_the_time_budget_ends_training_with_a_rollout_batch():
+    """rl.time_budget_s: the callback stops at the end of the first rollout batch after
+    which one more, at the pace so far, would pass the budget; never inside a batch."""
+    from transformers import TrainerControl, TrainerState
+
+    from chorus.rl import time_budget_callback
+
+    now = [0.0]
+    budget = time_budget_callback(10.0, steps_per_batch=2, clock=lambda: now[0])
+    state, control = TrainerState(), TrainerControl()
+    budget.on_train_begin(None, state, control)
+    for step, seconds in ((1, 3.0), (2, 4.0), (3, 7.0), (4, 8.0)):
+        state.global_step, now[0] = step, seconds
+        budget.on_step_end(None, state, control)
+        # step 3 ends no batch; after two batches in 8 s a third (4 s more) would end at
+        # 12 s > 10: stop there
+        assert control.should_training_stop is (step == 4) and budget.stopped is (step == 4)

@@ -11,8 +11,9 @@
 # LS_ROUNDS: the models whose feedback rounds run (default "sft rl"; "none": neither; "rl" when the SFT
 # model's are measured already: the dut-style SFT model's with the resample control are,
 # benchmarks/results/feedback_rounds_dut_resample.json).
-# LS_ARGS: more arguments for every phase of benchmarks/learning_signal.py (e.g. a shorter
-# `--rl-steps` when the lease has less time left than the whole run needs). With
+# LS_ARGS: more arguments for every phase of benchmarks/learning_signal.py (e.g.
+# `--rl-time-budget-s 400` when the lease has less time left than the whole run needs: the
+# expert stops with the rollout batch after which another would pass it, and is evaluated). With
 # `--rl-tasks unsolved` in it, the probe phase runs before the experts.
 # LS_WORK: the run's folder (default /root/ls): a second recipe in the same lease (e.g.
 # LS_ARGS="--repair-rows 640") beside the first.

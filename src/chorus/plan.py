@@ -57,7 +57,7 @@ RUN_TIME_SETTINGS = {
 # null, so that those runs keep their params and re-run nothing; job_settings puts the
 # null back, so a job reads every key of its section. params name -> keys.
 ADDED_LATER = {
-    "expert": ("steps_per_generation", "rounds", "top_p", "grad_accum"),
+    "expert": ("steps_per_generation", "rounds", "top_p", "grad_accum", "time_budget_s"),
     "sampling": ("batch_size",),
 }
 

@@ -87,10 +87,8 @@ def train_expert(
     micro-batch (`grad_accum` a step) are rounded to whole groups of `num_generations`;
     `steps_per_generation` micro-batches are sampled at a time, the larger batch a small
     model needs to decode fast on a GPU (the later steps learn slightly off-policy, within
-    TRL's clipped ratio). The rollouts: chorus.rollouts (`rollout_backend`,
-    `early_rewards`, `rollout_compile`, `rollout_slots`). The metrics break the run down
-    into generation, reward wait and the rest (log-probs, backward, optimizer), with
-    rollout tokens/s and simulations/s. `extra_args` go to GRPOConfig as they are."""
+    TRL's clipped ratio); `time_budget_s` may end it early. Rollouts: chorus.rollouts; the
+    metrics split the run into generation, reward wait and the rest. `extra_args`: GRPOConfig's."""
     from trl import GRPOTrainer
 
     from chorus.modeling import load_tokenizer
@@ -109,8 +107,9 @@ def train_expert(
     if (expert.rounds or 1) > 1:  # multi-round episodes, rewarded on their last answer
         episodes = RoundEpisodes(coverage, prompt_tasks(dataset), expert.rounds)
         rewards = [final_answer_reward(reward) for reward in rewards]
+    budget = time_budget_callback(expert.time_budget_s, steps_per_rollout_batch(args))
     trainer = GRPOTrainer(model=load_trainee(model_in, flags), reward_funcs=rewards, args=args,
-                          train_dataset=dataset, processing_class=tokenizer, callbacks=[stage_callback()],
+                          train_dataset=dataset, processing_class=tokenizer, callbacks=[stage_callback(), budget],
                           rollout_func=episodes)
     timer, decoders = wire_rollouts(trainer, expert, backend, coverage)
     start = time.perf_counter()
@@ -139,9 +138,40 @@ def train_expert(
         "world_size": trainer.args.world_size,
         "deepspeed": deepspeed_config,
         "resumed_from": resume_from,
+        "stopped_by_time_budget": budget.stopped,
     }
     finalize(trainer, out_dir, work_dir, "rl_metrics.json", metrics)
     return metrics
+
+
+def steps_per_rollout_batch(args) -> int:
+    """Optimizer steps trained on one rollout batch (TRL counts steps_per_generation in
+    micro-batches, grad_accum of them a step)."""
+    return max(1, (args.steps_per_generation or args.gradient_accumulation_steps) // args.gradient_accumulation_steps)
+
+
+def time_budget_callback(budget_s: float | None, steps_per_batch: int, clock=time.perf_counter):
+    """Ends training at the end of a rollout batch when one more batch, at the mean pace of
+    those this call trained, would pass `budget_s` seconds (a job's or a lease's time; None:
+    no limit): the expert is saved and evaluated as usual, with the steps it had time for.
+    Never inside a batch, whose rollouts were sampled for all its steps."""
+    from transformers import TrainerCallback
+
+    class TimeBudget(TrainerCallback):
+        stopped = False
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start, self.first_step = clock(), state.global_step
+
+        def on_step_end(self, args, state, control, **kwargs):
+            batches = (state.global_step - self.first_step) // steps_per_batch
+            if budget_s is None or state.global_step % steps_per_batch or not batches:
+                return
+            elapsed = clock() - self.start
+            if elapsed + elapsed / batches > budget_s:
+                control.should_training_stop = self.stopped = True
+
+    return TimeBudget()
 
 
 def checked_rollout_backend(expert: GRPOExpert, flags: dict, deepspeed_config: str | None) -> str:

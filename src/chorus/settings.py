@@ -75,7 +75,7 @@ class GRPOExpert:
     CONFIGURED: ClassVar[tuple[str, ...]] = (
         "name", "from_stage", "reward", "seed", "splits", "difficulties", "lr", "steps", "beta", "num_generations",
         "max_completion_length", "temperature", "top_p", "format_weight", "batch_size", "grad_accum", "steps_per_generation",
-        "save_steps", "rollout_backend", "rounds",
+        "save_steps", "rollout_backend", "rounds", "time_budget_s",
     )
 
     name: str = "expert"
@@ -99,6 +99,7 @@ class GRPOExpert:
     epochs: float = 1.0
     grad_accum: int | None = None  # micro-batches of batch_size per optimizer step (None: one)
     top_p: float | None = None  # rollouts' nucleus (None: none, TRL's 1.0)
+    time_budget_s: float | None = None  # training ends with the rollout batch after which another would pass it
     gradient_checkpointing: bool = False
     early_rewards: bool = True
     rollout_compile: bool = False
