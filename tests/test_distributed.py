@@ -132,3 +132,27 @@ def test_rules_launch_sft_and_rl_with_two_ranks(tmp_path):
     assert all(sum(call["statuses"].values()) == call["n"] > 0 for call in rl["reward_calls"])
     log = (tmp_path / "results" / "logs" / "rl" / "easy_dense.log").read_text()
     assert "launching 2 ranks" in log
+
+
+@pytest.mark.slow  # two processes
+def test_rank_zero_decides_for_every_rank(tmp_path):
+    """chorus.training.rank_zero_decides: each of two gloo ranks proposes its own answer
+    and both get rank 0's (a time budget that stopped one rank alone would hang the other
+    in its next collective); outside a distributed run a value stays as it is."""
+    from chorus.training import rank_zero_decides
+
+    assert rank_zero_decides(True) is True and rank_zero_decides(False) is False
+    script = tmp_path / "decide.py"
+    script.write_text(
+        "import os, sys\n"
+        "import torch.distributed as dist\n"
+        "from chorus.training import rank_zero_decides\n"
+        "dist.init_process_group('gloo')\n"
+        "rank = dist.get_rank()\n"
+        "answer = rank_zero_decides(rank == 0)\n"
+        f"open(os.path.join({str(tmp_path)!r}, f'rank{{rank}}'), 'w').write(str(answer))\n"
+        "dist.destroy_process_group()\n"
+    )
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)],
+                   check=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")}, timeout=120)
+    assert [(tmp_path / f"rank{r}").read_text() for r in (0, 1)] == ["True", "True"]

@@ -33,7 +33,7 @@ from chorus.rollouts import (
 from chorus.settings import GRPOExpert
 from chorus.tasks import Task, load_manifest
 from chorus.training import (common_args, finalize, load_trainee, precision_flags, prepare_work_dir,
-                             stage_callback, world_size)
+                             rank_zero_decides, stage_callback, world_size)
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ def time_budget_callback(budget_s: float | None, steps_per_batch: int, clock=tim
             if budget_s is None or state.global_step % steps_per_batch or not batches:
                 return
             elapsed = clock() - self.start
-            if elapsed + elapsed / batches > budget_s:
+            if rank_zero_decides(elapsed + elapsed / batches > budget_s):  # every rank stops, or none
                 control.should_training_stop = self.stopped = True
 
     return TimeBudget()

@@ -41,6 +41,19 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def rank_zero_decides(value):
+    """`value` as rank 0 has it, on every rank of a distributed run (as it is outside one):
+    a decision such as stopping that one rank took alone would leave the others waiting in
+    a collective."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    shared = [value]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]
+
+
 def work_dir_for(out_dir: str | Path) -> Path:
     """Checkpoints of an unfinished run live beside the output, so a killed job resumes."""
     out_dir = Path(out_dir)
