@@ -25,17 +25,15 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import re
 import sys
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from width_errors import read_rows  # noqa: E402  (benchmarks/ is scripts, not a package)
+from recorded_answers import add_answer_arguments, emit, recorded_answers  # noqa: E402  (benchmarks/ is scripts)
 
 from chorus.prompts import extract_answer  # noqa: E402
-from chorus.tasks import load_manifest  # noqa: E402
 
 SPEC_ROW = re.compile(r"^\| `(\w+)` \| (input|output) \| \d+[^|]*\| (.*?) \|$", re.M)
 ERRORS = ("inputs_missing", "unknown_names", "reset_left_asserted", "unparsed")
@@ -99,17 +97,13 @@ def check(code: str, ports: dict) -> set[str]:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("samples", type=Path)
-    p.add_argument("scores", type=Path)
-    p.add_argument("--manifest", type=Path, required=True)
-    p.add_argument("--root", type=Path, default=Path("."))
+    add_answer_arguments(p)
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
-    tasks = {t.id: t for t in load_manifest(args.manifest, None, args.root)}
-    answers = {(r["task_id"], str(r["sample_id"])): r["completion"] for r in read_rows(args.samples)}
+    tasks, answers, scores = recorded_answers(args)
     by_status: dict[str, Counter] = {}
     right, other = Counter(), Counter()
-    for score in read_rows(args.scores):
+    for score in scores:
         task = tasks[score["task_id"]]
         code = extract_answer(answers[(score["task_id"], str(score["sample_id"]))], task.answer_language)
         errors = check(code, interface(task.spec))
@@ -122,11 +116,7 @@ def main(argv=None) -> dict:
     report = {"by_status": {s: dict(c) for s, c in sorted(by_status.items())},
               "interface_right": {**right, "pass1": right["passed"] / max(1, right["answers"])},
               "interface_wrong": {**other, "pass1": other["passed"] / max(1, other["answers"])}}
-    text = json.dumps(report, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
-    return report
+    return emit(report, args.out)
 
 
 if __name__ == "__main__":

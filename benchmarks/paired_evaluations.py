@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning_signal import paired  # noqa: E402  (the report's own paired difference)
+from recorded_answers import emit  # noqa: E402
 
 
 def evaluation(spec: str) -> tuple[dict, dict]:
@@ -63,12 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--bootstrap", type=int, default=2000)
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
-    report = compare(args.model, args.baseline, args.bootstrap)
-    text = json.dumps(report, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
-    return report
+    return emit(compare(args.model, args.baseline, args.bootstrap), args.out)
 
 
 if __name__ == "__main__":

@@ -16,23 +16,17 @@ from __future__ import annotations
 
 import argparse
 import ast
-import gzip
-import json
 import re
+import sys
 from collections import Counter
 from pathlib import Path
 
-from chorus.tasks import load_manifest
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from recorded_answers import add_answer_arguments, emit, recorded_answers  # noqa: E402  (benchmarks/ is scripts)
 
 WIDTH_ERROR = re.compile(r"is not convertible to Logic|out of range for assignment of (\d+)-bit signal \('(\w+)'\)")
 SPEC_PORT = re.compile(r"^\| `(\w+)` \| (input|output) \| (\d+)", re.M)
 TABLE = re.compile(r"^INPUTS = (\{.*?\})", re.M)
-
-
-def read_rows(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
 
 
 def classify(completion: str, detail: str, ports: dict[str, tuple[str, int]]) -> str:
@@ -59,14 +53,9 @@ def classify(completion: str, detail: str, ports: dict[str, tuple[str, int]]) ->
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("samples", type=Path)
-    p.add_argument("scores", type=Path)
-    p.add_argument("--manifest", type=Path, required=True)
-    p.add_argument("--root", type=Path, default=Path("."))
-    args = p.parse_args(argv)
-    specs = {t.id: t.spec for t in load_manifest(args.manifest, None, args.root)}
-    answers = {(r["task_id"], str(r["sample_id"])): r["completion"] for r in read_rows(args.samples)}
-    scores = read_rows(args.scores)
+    add_answer_arguments(p)
+    tasks, answers, scores = recorded_answers(p.parse_args(argv))
+    specs = {task_id: task.spec for task_id, task in tasks.items()}
     counts = Counter(answers=len(scores))
     for score in scores:
         if score["status"] != "runtime_error":
@@ -77,8 +66,7 @@ def main(argv=None) -> dict:
         counts["width_errors"] += 1
         ports = {name: (direction, int(width)) for name, direction, width in SPEC_PORT.findall(specs[score["task_id"]])}
         counts["width_error_" + classify(answers[(score["task_id"], str(score["sample_id"]))], score["detail"], ports)] += 1
-    print(json.dumps(counts, indent=1))
-    return dict(counts)
+    return emit(dict(counts), None)
 
 
 if __name__ == "__main__":
