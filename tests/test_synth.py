@@ -17,6 +17,7 @@ import yaml
 
 from chorus.data import build_stage_dataset, program_stimulus
 from chorus.harness import score_many
+from chorus.prompts import extract_stimulus
 from chorus.synth import all_families
 from chorus.synth.contamination import check, normalise_rtl
 from chorus.synth.corpus import (
@@ -31,7 +32,14 @@ from chorus.synth.corpus import (
 )
 from chorus.synth.design import width_text
 from chorus.harness.coverage import parse_coverage_points
-from chorus.synth.program import BUDGET_CHOICES, PROGRAM_STYLES, Budget, draw_budgets, render_program
+from chorus.synth.program import (
+    BUDGET_CHOICES,
+    PROGRAM_STYLES,
+    Budget,
+    draw_budgets,
+    render_program,
+    restyle_program,
+)
 from chorus.synth.verify import generate_and_verify, target_from
 from chorus.tasks import DEFAULT_TASK_ROOT, TaskFormatError, load_task, load_tasks
 from conftest import REPO, default_config, run_snakemake, write_config
@@ -310,6 +318,26 @@ def test_programmatic_reference_is_a_short_verified_variant(tmp_path, verified):
     # a task without a program (shipped, or a dropped program) trains on its reference
     others = [r for r in rows if r["source"] == "reference"]
     assert [r["task_id"] for r in others] == [t.id for t in shipped + list(tasks.values()) if t not in kept]
+    # `program: dut`: the same programs in the style that reads the widths from the design
+    dut_rows = build_stage_dataset(shipped + list(tasks.values()), {"program": "dut"}, tmp_path / "dut.jsonl")
+    assert [r["task_id"] for r in dut_rows] == [r["task_id"] for r in rows]
+    for table_row, dut_row in zip(programs, (r for r in dut_rows if r["source"] == "program")):
+        design = design_of(next(t for t in kept if t.id == table_row["task_id"]))
+        dut_text = extract_stimulus(dut_row["completion"][0]["content"])
+        assert "INPUTS = [" in dut_text
+        assert _as_table_program(dut_text, design) == extract_stimulus(table_row["completion"][0]["content"])
+
+
+def test_restyle_program_finds_the_budget_or_refuses():
+    """A program of any budget comes back in the other style at that budget; a text
+    render_program did not write (an edited program) is refused, not guessed."""
+    design = make_design("fifo", 0, "train", 0)
+    for budget in draw_budgets(random.Random(3), 4):
+        table, dut = (render_program(design, budget, style=style) for style in PROGRAM_STYLES)
+        assert restyle_program(design, table, "dut") == dut
+        assert restyle_program(design, dut, "table") == table
+    with pytest.raises(ValueError, match="not a program"):
+        restyle_program(design, table.replace("rng = random.Random(1)", "rng = random.Random(2)"), "dut")
 
 
 def _as_table_program(dut_program: str, design) -> str:

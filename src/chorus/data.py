@@ -17,7 +17,8 @@ import pandas as pd
 
 from chorus.io import read_jsonl, write_jsonl
 from chorus.prompts import extract_stimulus, format_completion, round_prompt
-from chorus.synth.program import PROGRAM_FILE
+from chorus.synth.corpus import design_of
+from chorus.synth.program import PROGRAM_FILE, restyle_program
 from chorus.tasks import Task
 
 
@@ -39,6 +40,13 @@ def program_stimulus(task: Task) -> Path | None:
     """The task's verified programmatic reference (a variant at PROGRAM_FILE), if any."""
     wanted = task.root / PROGRAM_FILE
     return next((p for p in task.reference_variants if p == wanted), None)
+
+
+def program_text(task: Task, program: Path, style: str) -> str:
+    """The verified program of `task` (written in the table style) in `style`
+    (chorus.synth.program.PROGRAM_STYLES)."""
+    text = program.read_text()
+    return text if style == "table" else restyle_program(design_of(task), text, style)
 
 
 def verified_rows(tasks: list[Task], samples_jsonl: str | Path | list) -> list[dict]:
@@ -113,10 +121,11 @@ def build_stage_dataset(tasks: list[Task], mix: dict, out_path: str | Path) -> l
             paths = t.references() if mix.get("variants") else t.references()[:1]
             rows += [sft_row(t, p.read_text(), "reference") for p in paths]
     if mix.get("program"):
+        style = "table" if mix["program"] is True else mix["program"]
         for t in selected:
             program = program_stimulus(t)
             if program is not None:
-                rows.append(sft_row(t, program.read_text(), "program"))
+                rows.append(sft_row(t, program_text(t, program, style), "program"))
             elif t.reference_stimulus:
                 rows.append(sft_row(t, t.reference_stimulus.read_text(), "reference"))
     if mix.get("verified"):

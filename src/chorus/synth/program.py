@@ -18,6 +18,7 @@ draw the same random values in the same order: the same stimulus.
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass
 
@@ -76,6 +77,17 @@ def render_program(design: Design, budget: Budget = Budget(), test_name: str = "
     else:
         lines = _CLOCKED_HEAD + [listing, "", ""] + _clocked_body(design, budget, test_name, widths)
     return "\n".join(lines) + "\n"
+
+
+def restyle_program(design: Design, text: str, style: str) -> str:
+    """The program `text` (rendered by render_program for `design` in any style, at any
+    budget of BUDGET_CHOICES) in `style`: the same stimulus, so a verdict of one style holds
+    for the other (tests/test_synth.py). Raises ValueError for a text render_program did not write."""
+    for values in itertools.product(*BUDGET_CHOICES.values()):
+        budget = Budget(**dict(zip(BUDGET_CHOICES, values)))
+        if text in (render_program(design, budget, style=s) for s in PROGRAM_STYLES):
+            return render_program(design, budget, style=style)
+    raise ValueError(f"{design.module}: not a program of chorus.synth.program (edited by hand?)")
 
 
 _COMB_HEAD = ["import random", "", "import cocotb", "from cocotb.triggers import Timer", "", ""]
