@@ -6,7 +6,7 @@ the run-to-run noise of training and sampling as well as the recipe.
 
   python benchmarks/paired_evaluations.py \\
       benchmarks/results/learning_signal_dut.json:eval_sft \\
-      benchmarks/results/learning_signal.json:eval_sft --out benchmarks/results/program_style_dut_vs_table.json
+      benchmarks/results/learning_signal_binary_table.json:eval_sft --out benchmarks/results/program_style_dut_vs_table.json
 """
 
 from __future__ import annotations

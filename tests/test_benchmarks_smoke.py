@@ -241,10 +241,10 @@ def test_paired_evaluations_compares_two_recorded_evaluations_task_by_task(tmp_p
     mean per-task difference, inside its interval; the win counts add up; a record without
     the phase and two protocols that differ are refused."""
     results = REPO / "benchmarks" / "results"
-    model, baseline = f"{results}/learning_signal_dut.json:eval_sft", f"{results}/learning_signal.json:eval_sft"
+    model, baseline = f"{results}/learning_signal_dut.json:eval_sft", f"{results}/learning_signal_binary_table.json:eval_sft"
     report = paired_evaluations.main([model, baseline, "--bootstrap", "200", "--out", str(tmp_path / "out.json")])
     ours = json.loads((results / "learning_signal_dut.json").read_text())["phases"]["eval_sft"]["per_task"]
-    theirs = json.loads((results / "learning_signal.json").read_text())["phases"]["eval_sft"]["per_task"]
+    theirs = json.loads((results / "learning_signal_binary_table.json").read_text())["phases"]["eval_sft"]["per_task"]
     assert report["tasks"] == len(ours.keys() & theirs.keys()) == 208
     difference = report["model_minus_baseline"]
     assert difference["difference"] == pytest.approx(sum(ours[t] - theirs[t] for t in ours) / len(ours))
@@ -254,7 +254,7 @@ def test_paired_evaluations_compares_two_recorded_evaluations_task_by_task(tmp_p
     assert json.loads((tmp_path / "out.json").read_text()) == report
     with pytest.raises(SystemExit, match="no phase"):
         paired_evaluations.main([f"{results}/learning_signal_dut.json:eval_rl", baseline])
-    other = json.loads((results / "learning_signal.json").read_text())
+    other = json.loads((results / "learning_signal_binary_table.json").read_text())
     other["phases"]["eval_sft"]["protocol"]["k"] = 4
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(SystemExit, match="different protocols"):

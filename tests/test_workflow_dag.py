@@ -99,3 +99,28 @@ def test_the_committed_reproduction_plans_every_stage_of_the_recipe(tmp_path):
     assert counts["synth_shard"] == config["synth"]["shards"] and counts["build_base_model"] == 1
     # the evaluation protocol (docs/data_format.md): k >= 4 samples of >= 200 tasks
     assert config["eval"]["k"] >= 4 and config["synth"]["test_designs"] + 8 >= 200
+
+
+def test_the_committed_corpus_holds_what_the_program_stage_trains_on(tmp_path):
+    """benchmarks/data/corpus_smollm2_h200.tar.gz is the corpus `make experiment` runs on
+    (marked up to date, not rebuilt): its synthetic train designs carry their verified
+    programs, so the reproduction's first SFT stage trains on the recipe it names and not
+    on the unrolled references a corpus of an older generator would fall back to."""
+    import tarfile
+    from collections import Counter
+
+    import yaml
+
+    from chorus.data import build_stage_dataset
+    from chorus.tasks import load_manifest
+    from conftest import REPO
+
+    with tarfile.open(REPO / "benchmarks" / "data" / "corpus_smollm2_h200.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    (tmp_path / "tasks").symlink_to(REPO / "tasks")  # the shipped tasks, listed relative to the repository
+    experiment = yaml.safe_load((REPO / "config" / "experiments" / "smollm2_h200.yaml").read_text())
+    stage = experiment["sft"]["stages"][0]
+    train = load_manifest(tmp_path / "results" / "smollm2_h200" / "tasks" / "manifest.json", "train", root=tmp_path)
+    rows = build_stage_dataset(train, stage["mix"], tmp_path / "program.jsonl")
+    synthetic = sum(t.source == "synthetic" for t in train)
+    assert synthetic >= 600 and Counter(r["source"] for r in rows)["program"] >= 0.9 * synthetic
