@@ -113,11 +113,15 @@ unpack_corpus() {
     SNAKEMAKE_TARGETS="--touch $RESULTS/tasks/manifest.json"
 }
 
-# one rollout batch of an expert at the experiment's RL shape, alone on the GPU before the
-# workflow (random weights: every rollout to the token cap); prints the profile's
+# on a GPU smaller than two experts at the profile's rl gpu_mem_gb (60), one rollout batch
+# of an expert at the experiment's RL shape, alone on the GPU before the workflow (random weights: every rollout to the token cap); prints the profile's
 # --set-resources with the RL rules at its peak (benchmarks/device/rl_memory.py), or
 # nothing when the measurement failed (the profile's values hold)
 rl_memory() {
+  # two experts at the profile's gpu_mem_gb already fit (an H200): a minute saved
+  local gib
+  gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | awk 'NR == 1 {print int($1 / 1024)}')
+  ((gib >= 2 * 60)) && return 0
   [ -f "$WORK/rl_memory.json" ] || timeout 300 "$PYTHON" benchmarks/rl_loop.py --only grpo --grpo-backends static \
     $("$PYTHON" benchmarks/device/rl_memory.py shape "$EXPERIMENT") --budget-s 240 \
     --out "$WORK/rl_memory.json" > "$WORK/rl_memory.log" 2>&1
