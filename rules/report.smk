@@ -10,6 +10,7 @@ rule aggregate:
     output:
         per_task=f"{RESULTS}/tables/per_task_pass1.csv",
         summary=f"{RESULTS}/tables/summary.csv",
+        comparisons=f"{RESULTS}/tables/comparisons.csv",
         seeds=f"{RESULTS}/tables/seeds.csv",
         per_sample=f"{RESULTS}/tables/per_sample.csv",
     log:
@@ -25,6 +26,7 @@ rule aggregate:
         pass_at=config["eval"]["pass_at"],
         bootstrap=config["eval"]["bootstrap"],
         experts=PLAN.expert_ids,
+        comparisons=PLAN.comparisons(),
     script:
         "../scripts/aggregate.py"
 
@@ -35,6 +37,7 @@ rule report_tables:
     input:
         per_sample=rules.aggregate.output.per_sample,
         summary=rules.aggregate.output.summary,
+        comparisons=rules.aggregate.output.comparisons,
         seeds=rules.aggregate.output.seeds,
         manifest=rules.prepare_tasks.output.manifest,
         generations=PLAN.pool_files("eval", PLAN.models(), "generations.jsonl"),

@@ -1,5 +1,6 @@
 """Per-task Pass@1 table, summary table (with the oracle best-expert row and bootstrap
-intervals), the mean and interval over seed replicates, all samples."""
+intervals), the paired comparisons of the study's questions, the mean and interval over
+seed replicates, all samples."""
 
 import pandas as pd
 
@@ -14,9 +15,13 @@ with script_logging(snakemake):
     summary = report.summary_table(
         per_sample, snakemake.params.pass_at, experts, bootstrap=snakemake.params.bootstrap
     )
+    comparisons = report.comparison_table(per_task, snakemake.params.comparisons, experts,
+                                          bootstrap=snakemake.params.bootstrap)
     seeds = seed_summary(summary)
     atomic_write_text(snakemake.output.per_sample, per_sample.to_csv(index=False))
     atomic_write_text(snakemake.output.per_task, per_task.to_csv(float_format="%.4f"))
     atomic_write_text(snakemake.output.summary, summary.to_csv(index=False, float_format="%.4f"))
+    atomic_write_text(snakemake.output.comparisons, comparisons.to_csv(index=False, float_format="%.4f"))
     atomic_write_text(snakemake.output.seeds, seeds.to_csv(index=False, float_format="%.4f"))
     print(summary.to_string(index=False))
+    print(comparisons.to_string(index=False))

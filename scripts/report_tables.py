@@ -30,6 +30,17 @@ with script_logging(snakemake):
             "targeted metrics. oracle/best_expert: per task the best RL expert.",
         ),
         pages.table_html(
+            pd.read_csv(snakemake.input.comparisons),
+            "The study's questions: paired comparisons of Pass@1",
+            "stage: does each stage beat the model it starts from; reward: the dense expert "
+            "against the binary one of the same stage; complementarity: the oracle row against "
+            "the best expert; consolidation: each merged or distilled model against the best "
+            "expert. difference: mean over the tasks both have; its interval resamples tasks "
+            "for both models at once (paired bootstrap); verdict: higher or lower where that "
+            "interval leaves out 0.",
+            index=False,
+        ),
+        pages.table_html(
             pages.status_breakdown(per_sample),
             "Samples per status and model",
             "ok: reached every coverage target; below_target: simulated but missed a target; "

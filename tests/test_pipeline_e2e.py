@@ -50,6 +50,18 @@ def test_tables_cover_every_model_and_test_task(local_run):
     assert summary.loc[compared, ["vs_best_expert_lo", "vs_oracle_hi"]].notna().all().all()
     assert summary.loc[~compared, "vs_oracle"].isna().all()
 
+    # the study's questions, each a paired comparison of two evaluated models, its
+    # difference inside its interval and the verdict the interval gives
+    comparisons = pd.read_csv(results / "tables" / "comparisons.csv")
+    assert [tuple(row) for row in comparisons[["question", "model"]].to_numpy()] == [
+        (question, model) for question, model, _ in plan.comparisons()]
+    assert set(comparisons["model"]) | set(comparisons["reference"]) <= {*model_ids, "oracle/best_expert"}
+    assert (comparisons["tasks"] == len(test_tasks)).all()
+    assert ((comparisons["difference_lo"] <= comparisons["difference"])
+            & (comparisons["difference"] <= comparisons["difference_hi"])).all()
+    best = comparisons.loc[comparisons["question"] == "consolidation", "reference"]
+    assert set(best) == set(summary.loc[compared, "best_expert"])
+
     per_sample = pd.read_csv(results / "tables" / "per_sample.csv")
     k = plan.config["eval"]["k"]
     counts = per_sample.groupby(["model", "task_id"]).size()

@@ -101,3 +101,25 @@ def test_optional_settings_enter_params_only_when_set():
     assert (expert["steps_per_generation"], expert["top_p"], expert["grad_accum"]) == (4, 0.8, 2)
     assert expert["time_budget_s"] == 600
     assert plan.sampling()["batch_size"] == 256 and plan.harvest_settings()["sampling"]["batch_size"] == 256
+
+
+def test_comparisons_follow_the_experiment_from_base_to_consolidation(repo):
+    """The reproduction's questions as pairs: every stage against the model it starts
+    from, every expert against its stage, dense against binary from the same stage, the
+    oracle and every merge and the distilled model against the best expert."""
+    import yaml
+
+    from chorus.report import BEST_EXPERT, ORACLE
+
+    config = default_config()
+    for path in ("config/gpu.yaml", "config/experiments/smollm2_h200.yaml"):
+        config.update(yaml.safe_load((repo / path).read_text()))
+    pairs = Plan(config).comparisons()
+    assert [p for p in pairs if p[0] == "stage"] == [
+        ("stage", "sft/program", "base/base"), ("stage", "sft/easy", "sft/program"), ("stage", "sft/full", "sft/easy"),
+        ("stage", "rl/program_dense", "sft/program"), ("stage", "rl/easy_dense", "sft/easy"),
+        ("stage", "rl/full_dense", "sft/full"), ("stage", "rl/full_binary", "sft/full")]
+    assert [p for p in pairs if p[0] == "reward"] == [("reward", "rl/full_dense", "rl/full_binary")]
+    assert ("complementarity", ORACLE, BEST_EXPERT) in pairs
+    assert [p[1] for p in pairs if p[0] == "consolidation"] == [
+        "merge/linear", "merge/task_arithmetic", "merge/ties", "merge/dare_ties", "merge/slerp", "consolidated/distill"]

@@ -78,6 +78,31 @@ def test_complementarity_tables():
     assert gap.loc["rl/a", "gap"] == pytest.approx(0.5) and gap.loc["rl/b", "gap"] == pytest.approx(0.25)
 
 
+def test_comparisons_pair_each_model_with_its_reference_on_the_same_tasks():
+    # twenty tasks: the SFT model passes the first 5, rl/a the first 15, rl/b the last one,
+    # the merge all of them; rl/gone was not evaluated
+    passes = {"sft/s": range(5), "rl/a": range(15), "rl/b": [19], "merge/m": range(20)}
+    per_sample = pd.DataFrame([{"model": m, "task_id": f"t{i:02d}", "sample_id": 0, "passed": i in passed,
+                                "score": float(i in passed)} for m, passed in passes.items() for i in range(20)])
+    per_task = report.per_task_pass1(per_sample, EXPERTS)
+    pairs = [("stage", "rl/a", "sft/s"), ("stage", "rl/gone", "sft/s"), ("stage", "sft/s", "rl/a"),
+             ("complementarity", report.ORACLE, report.BEST_EXPERT),
+             ("consolidation", "merge/m", report.BEST_EXPERT)]
+    table = report.comparison_table(per_task, pairs, EXPERTS, bootstrap={"resamples": 1000})
+    assert list(table["model"]) == ["rl/a", "sft/s", report.ORACLE, "merge/m"]
+    assert (table["tasks"] == 20).all()
+    gain = table.iloc[0]
+    assert (gain["pass@1"], gain["reference_pass@1"], gain["difference"]) == (0.75, 0.25, 0.5)
+    # ten tasks gained, none lost: the paired interval lies above 0
+    assert 0 < gain["difference_lo"] < 0.5 < gain["difference_hi"] < 1 and gain["verdict"] == "higher"
+    assert table.iloc[1]["difference"] == -0.5 and table.iloc[1]["verdict"] == "lower"
+    # the best expert is rl/a; the oracle adds one task, which a resample often leaves out
+    assert set(table.loc[table["question"] != "stage", "reference"]) == {"rl/a"}
+    oracle = table.iloc[2]
+    assert oracle["difference"] == 0.05 and oracle["difference_lo"] == 0 and oracle["verdict"] == "no difference"
+    assert table.iloc[3]["difference"] == 0.25 and table.iloc[3]["verdict"] == "higher"
+
+
 def test_seed_summary_interval_and_interval_columns_render():
     summary = pd.DataFrame({
         "model": ["rl/a", "rl/a.seed1", "rl/a.seed2", "base/base"],
@@ -150,7 +175,8 @@ def test_snakemake_report_of_a_run_has_the_sections(local_run, local_run_report)
     assert all("Other" not in subcategories for subcategories in categories.values()), categories
     report_dir = local_run / "results" / "report"
     overview = (report_dir / "overview.html").read_text()
-    for heading in ("Summary: Pass@k", "Samples per status", "Mean coverage per metric"):
+    for heading in ("Summary: Pass@k", "study&#x27;s questions: paired comparisons", "Samples per status",
+                    "Mean coverage per metric"):
         assert heading in overview
     assert '"completion"' in (report_dir / "samples.html").read_text()
 

@@ -278,6 +278,34 @@ class Plan:
         refs += [ModelRef("consolidated", c) for c in self.consolidated_names]
         return refs
 
+    def comparisons(self) -> list[tuple[str, str, str]]:
+        """The paired comparisons the study's three questions rest on, as (question, model,
+        reference) model ids, for chorus.report.comparison_table. "stage": each SFT stage
+        against the model it starts from (the first against the base model when that is
+        evaluated), each expert against its SFT stage; "reward": each dense expert against
+        the binary one trained from the same stage; "complementarity": the oracle row
+        against the best expert; "consolidation": each merged and distilled model against
+        the best expert (BEST_EXPERT: which expert that is, the results decide)."""
+        from chorus.report import BEST_EXPERT, ORACLE
+
+        pairs = []
+        previous = ModelRef("base", "base").id if self.config["eval"]["include_base"] else None
+        for stage in self.stages:
+            if previous:
+                pairs.append(("stage", ModelRef("sft", stage).id, previous))
+            previous = ModelRef("sft", stage).id
+        experts = [self.expert(e) for e in self.experts]
+        pairs += [("stage", ModelRef("rl", e["name"]).id, ModelRef("sft", e["from_stage"]).id) for e in experts]
+        pairs += [("reward", ModelRef("rl", dense["name"]).id, ModelRef("rl", binary["name"]).id)
+                  for binary in experts if binary["reward"] == "binary"
+                  for dense in experts if dense["reward"] == "dense" and dense["from_stage"] == binary["from_stage"]]
+        if experts:
+            pairs.append(("complementarity", ORACLE, BEST_EXPERT))
+            pairs += [("consolidation", ModelRef(kind, name).id, BEST_EXPERT)
+                      for kind, names in (("merge", self.merges), ("consolidated", self.consolidated_names))
+                      for name in names]
+        return pairs
+
     def harvested(self) -> list[ModelRef]:
         """The models the harvest pool samples for distillation: the configured experts."""
         return [ModelRef("rl", e) for e in self.experts]

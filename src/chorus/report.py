@@ -14,6 +14,7 @@ import pandas as pd
 from chorus.metrics import bootstrap_interval, paired_bootstrap_interval, pass_at_k
 
 ORACLE = "oracle/best_expert"
+BEST_EXPERT = "best_expert"  # a comparison's reference: the expert of highest Pass@1, once known
 # Models compared against the best single expert and the oracle (model id prefixes).
 COMPARED_KINDS = ("merge", "consolidated")
 COMPARISON_COLUMNS = [
@@ -166,11 +167,16 @@ def summary_table(
     return summary
 
 
+def best_of(per_task: pd.DataFrame, experts: list[str]) -> str | None:
+    """The expert of highest mean Pass@1 in `per_task` (the first on a tie)."""
+    return max(experts, key=lambda e: per_task[e].mean()) if experts else None
+
+
 def compare_to_best_expert(rows: list[dict], per_task: pd.DataFrame, experts: list[str], bootstrap: dict) -> None:
     """Adds to each row its Pass@1 difference to the best of `experts` (the first wins a
     tie: experts are listed in config order) and to the oracle row, with paired
     bootstrap intervals over the tasks both were evaluated on."""
-    best_expert = max(experts, key=lambda e: per_task[e].mean())
+    best_expert = best_of(per_task, experts)
     for row in rows:
         row["best_expert"] = best_expert
         for name, reference in (("best_expert", best_expert), ("oracle", ORACLE)):
@@ -180,6 +186,33 @@ def compare_to_best_expert(rows: list[dict], per_task: pd.DataFrame, experts: li
             row[f"vs_{name}_lo"], row[f"vs_{name}_hi"] = paired_bootstrap_interval(
                 model_values, reference_values, **bootstrap
             )
+
+
+def comparison_table(per_task: pd.DataFrame, pairs: list[tuple[str, str, str]], experts: list[str],
+                     bootstrap: dict | None = None) -> pd.DataFrame:
+    """One row per (question, model, reference) of `pairs` (chorus.plan.Plan.comparisons)
+    whose two models were both evaluated: their Pass@1 over the tasks both have, the
+    difference and its paired bootstrap interval, and the verdict: "higher" or "lower"
+    when the interval leaves out 0, else "no difference". `per_task`: per_task_pass1
+    with the oracle column; BEST_EXPERT stands for the expert of highest Pass@1 (the
+    first in `experts` on a tie), named in the reference column."""
+    bootstrap = {**BOOTSTRAP_DEFAULTS, **(bootstrap or {})}
+    best = best_of(per_task, [e for e in experts if e in per_task.columns])
+    rows = []
+    for question, model, reference in pairs:
+        reference = best if reference == BEST_EXPERT else reference
+        if model not in per_task.columns or reference not in per_task.columns:
+            continue
+        pair = per_task[[model, reference]].dropna()
+        values, baseline = pair[model], pair[reference]
+        low, high = paired_bootstrap_interval(values, baseline, **bootstrap)
+        verdict = "higher" if low > 0 else "lower" if high < 0 else "no difference"
+        rows.append({"question": question, "model": model, "reference": reference, "pass@1": values.mean(),
+                     "reference_pass@1": baseline.mean(), "difference": (values - baseline).mean(),
+                     "difference_lo": low, "difference_hi": high, "verdict": verdict, "tasks": len(pair)})
+    columns = ["question", "model", "reference", "pass@1", "reference_pass@1", "difference", "difference_lo",
+               "difference_hi", "verdict", "tasks"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def complementarity(per_sample: pd.DataFrame, experts: list[str]) -> pd.DataFrame:
