@@ -10,6 +10,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 CORES ?= 2
+# the tests on 2 pytest-xdist workers; tests sharing an expensive fixture or the Slurm
+# cluster stay on one worker (xdist_group: tests/conftest.py). TEST_WORKERS=0: one process
+TEST_WORKERS ?= 2
+PYTEST_XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
@@ -61,10 +65,10 @@ run: setup
 test: setup
 	@if [ "$$(id -u)" = 0 ]; then bash .ci/slurm/start_cluster.sh; \
 	  else echo "not root: no local Slurm cluster, the Slurm tests will be skipped"; fi
-	$(BIN)/python -m pytest -ra --durations=15
+	$(BIN)/python -m pytest -ra --durations=15 $(PYTEST_XDIST)
 
 test-fast: setup
-	$(BIN)/python -m pytest -ra --durations=15 -m "not slow"
+	$(BIN)/python -m pytest -ra --durations=15 $(PYTEST_XDIST) -m "not slow"
 
 clean:
 	rm -rf results .snakemake .cache

@@ -72,11 +72,45 @@ SLOW_FIXTURES = {
 }
 
 
+# -- pytest-xdist (make test: -n 2 --dist loadgroup) -----------------------------------
+# Each worker builds its own session and module fixtures: the tests of an expensive one go
+# to one worker (an xdist_group), so it is built once. The Slurm tests join the local run's
+# group: the chain test starts from that run, and the one-node cluster is not shared.
+# xdist hands out the groups with the most tests first, one per worker: no other group may
+# outnumber the local run's but one, or the longest chain of tests would start late (so
+# test_workflow_params's `finished`, ~15 s, 11 tests, is built on each worker).
+XDIST_GROUP_FIXTURES = {
+    "local_run": "local_run",  # a whole workflow run (~190 s alone, ~390 s beside another worker)
+    "verdicts": "task_verdicts",  # test_tasks: every shipped task scored (~20 s, cold ~130 s)
+    "verified": "synth_verified",  # test_synth: every family built and simulated (~60 s)
+    "smollm2": "smollm2",  # test_models: the preset converted (~20 s)
+}
+XDIST_GROUP_MODULES = {"test_slurm": "local_run"}
+
+
+# tryfirst: xdist reads the groups in its own pytest_collection_modifyitems, which would
+# otherwise run before this one (pytest-xdist issue 1241)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         module = item.module.__name__.rpartition(".")[2] if item.module else ""
-        if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if module in SLOW_MODULES or SLOW_FIXTURES & fixtures:
             item.add_marker(pytest.mark.slow)
+        group = XDIST_GROUP_MODULES.get(module) or next(
+            (g for f, g in XDIST_GROUP_FIXTURES.items() if f in fixtures), None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Fail, before any fixture, where xdist did not apply an xdist_group (it would build
+    the group's fixtures again): it puts the group into the node id, which pytest 9.2 no
+    longer lets it change (pytest-xdist issue 1386)."""
+    if getattr(item.config.option, "loadgroup", False) and item.get_closest_marker("xdist_group") \
+            and "@" not in item.nodeid:
+        pytest.fail("pytest-xdist ignored this test's xdist_group: pytest-xdist 1386 (pytest 9.2)", pytrace=False)
 
 
 @pytest.fixture
