@@ -97,6 +97,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rl-steps", type=int, default=256)
     p.add_argument("--rl-time-budget-s", type=float, default=None,
                    help="end each expert's training with the rollout batch after which another would pass this")
+    # the models answer a second turn with a broken program (benchmarks/README.md, the fifth and
+    # seventh leases): episodes of several rounds reward the last answer, so GRPO sees that turn
+    p.add_argument("--rl-rounds", type=int, default=None,
+                   help="coverage-closure rounds per GRPO episode (rl.rounds, docs/rounds.md; default: one answer)")
     # at 2e-5 (decayed linearly) 64 steps left 0.06-0.4% of the tokens in the clipped
     # region and the answers as close to the SFT model's as two SFT runs' (benchmarks/README.md)
     p.add_argument("--rl-lr", type=float, default=5e-5)
@@ -287,7 +291,7 @@ def phase_rl(args, train, evaluation, reward: str) -> dict:
                         max_completion_length=args.rl_max_completion, steps=args.rl_steps, lr=args.rl_lr,
                         beta=0.0, temperature=args.rl_temperature, top_p=args.rl_top_p, batch_size=args.rl_batch,
                         grad_accum=args.rl_grad_accum, steps_per_generation=args.rl_steps_per_generation,
-                        save_steps=args.rl_steps, time_budget_s=args.rl_time_budget_s)
+                        save_steps=args.rl_steps, time_budget_s=args.rl_time_budget_s, rounds=args.rl_rounds)
     out = args.work / ("rl_model" if reward == "dense" else "rl_binary_model")
     timings: dict = {}
     metrics = timed(timings, "train_s", lambda: train_expert(
@@ -299,7 +303,17 @@ def phase_rl(args, train, evaluation, reward: str) -> dict:
             "breakdown": metrics["breakdown"],
             # the training reward per rollout batch: does it move?
             "reward_per_call": [{k: c[k] for k in ("step", "mean_reward", "passed", "n", "statuses")} for c in calls],
-            **timings}
+            **round_episodes(metrics), **timings}
+
+
+def round_episodes(metrics: dict) -> dict:
+    """With --rl-rounds: per rollout batch, how many episodes used each number of rounds
+    and their feedback tokens (masked out of the loss), from the expert's metrics."""
+    if metrics["rounds"] == 1:
+        return {}
+    return {"round_episodes": [
+        {"rounds_used": dict(sorted(Counter(batch["rounds_used"]).items())),
+         "feedback_tokens": sum(batch["feedback_tokens"])} for batch in metrics["round_episodes"]]}
 
 
 def rl_tasks(args, train) -> tuple[list, dict]:

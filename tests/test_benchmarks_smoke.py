@@ -110,7 +110,8 @@ def test_learning_signal_smoke_runs_sft_rl_and_their_evaluation(tmp_path):
 @pytest.mark.slow  # verifies programs, trains, samples and simulates
 def test_learning_signal_probe_and_rl_on_unsolved_tasks(tmp_path):
     """probe: the SFT model's answers to every train task scored, one pass rate per task;
-    --rl-tasks unsolved: GRPO trains on the tasks with a failing answer only. The tiny
+    --rl-tasks unsolved: GRPO trains on the tasks with a failing answer only, here in
+    episodes of two rounds (--rl-rounds). The tiny
     model's answers fail, so one task's answers are its verified programs, put in the
     probe's generation journal (the probe resumes from it and samples the rest)."""
     work, out = tmp_path / "work", tmp_path / "r.json"
@@ -126,7 +127,7 @@ def test_learning_signal_probe_and_rl_on_unsolved_tasks(tmp_path):
     (work / "gen_probe.jsonl.partial").write_text(
         "".join(json.dumps({**row, "new_tokens": 0}) + "\n" for row in programs[solved]))
 
-    report = learning_signal.main([*common, "--phases", "probe", "rl", "--rl-tasks", "unsolved"])
+    report = learning_signal.main([*common, "--phases", "probe", "rl", "--rl-tasks", "unsolved", "--rl-rounds", "2"])
     probe, rl = report["phases"]["probe"], report["phases"]["rl"]
     train, _ = learning_signal.task_sets(learning_signal.parse_args(common))
     scores = read("scores_probe.jsonl")
@@ -143,6 +144,13 @@ def test_learning_signal_probe_and_rl_on_unsolved_tasks(tmp_path):
     assert rl["tasks"] == len(unsolved) and choice["train_tasks"] == len(train)
     assert choice["rl_tasks"] == "unsolved" and choice["probe_pass_histogram"] == probe["pass_histogram"]
     assert choice["task_list_repeats"] == 1  # one prompt per rollout batch in --smoke
+    # --rl-rounds 2: two-round episodes; the tiny model's first answers fail, so every
+    # episode gets its feedback turn and answers again
+    assert rl["expert"]["rounds"] == 2
+    episodes = rl["round_episodes"]
+    rows = rl["breakdown"]["rollout_batches"][0]["rows"]  # round 1 of the first rollout batch
+    assert episodes and all(batch["rounds_used"] == {"2": rows} for batch in episodes)
+    assert all(batch["feedback_tokens"] > 0 for batch in episodes)
 
 
 @pytest.mark.slow  # verifies programs, simulates weakened ones, trains
