@@ -7,6 +7,8 @@
 #   make experiment-slurm [EXPERIMENT=smollm2_h200]    the same through profiles/slurm
 #   make experiment-publish [EXPERIMENT=smollm2_h200]  its tables, plots, report, wall times
 #                                                      and versions into docs/results/<name>/
+#   make experiment-rehearsal                          the reproduction's plan on this CPU at
+#                                                      tiny sizes, before a GPU lease
 PYTHON ?= python3
 VENV ?= .venv
 CORES ?= 2
@@ -33,7 +35,7 @@ SNAKEMAKE_TARGETS ?=
 BIN_PYTHON ?= $(BIN)/python
 PUBLISH_COMMAND ?= make experiment EXPERIMENT=$(EXPERIMENT)
 
-.PHONY: setup run test test-fast clean experiment experiment-slurm experiment-publish
+.PHONY: setup run test test-fast clean experiment experiment-slurm experiment-publish experiment-rehearsal
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +78,12 @@ clean:
 # Targets come before --configfile, which takes every word after it.
 experiment: setup
 	$(BIN)/snakemake $(SNAKEMAKE_TARGETS) --cores all $(EXPERIMENT_FLAGS) $(EXPERIMENT_CONFIG)
+
+# the same plan, profile and configuration, sizes from benchmarks/device/rehearsal.yaml
+# (results/smollm2_h200_rehearsal): what would fail on the GPU machine fails here first
+experiment-rehearsal: setup
+	$(BIN)/snakemake --cores $(CORES) --profile profiles/gpu-node --resources gpu_mem_gb=80 \
+	  --configfile config/gpu.yaml config/experiments/smollm2_h200.yaml benchmarks/device/rehearsal.yaml
 
 experiment-slurm: setup
 	$(BIN)/snakemake --profile profiles/slurm --rerun-incomplete $(EXPERIMENT_SLURM_CONFIG)

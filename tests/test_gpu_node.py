@@ -123,3 +123,45 @@ def test_the_embedded_default_plans_no_prebuild(tmp_path):
     counts = job_counts(proc.stdout + proc.stderr)
     assert "prebuild" not in counts and counts["rl"] >= 1
     assert all("prebuild" not in job["input"] for job in planned_jobs(proc.stdout + proc.stderr))
+
+
+def test_the_rehearsal_runs_the_reproduction_end_to_end(tmp_path):
+    """`make experiment-rehearsal`: the reproduction's plan, profile and configuration at
+    benchmarks/device/rehearsal.yaml's sizes, on the CPU. Every model of the experiment is
+    evaluated on every task k times, the study's comparisons are tabled, the experts start
+    from their stages with their rewards, and distillation from its base stage."""
+    import csv
+    import json
+
+    from chorus.plan import Plan
+    from chorus.report import BEST_EXPERT
+    from conftest import default_config, write_config
+
+    printed = subprocess.run(["make", "-n", "-o", "setup", "experiment-rehearsal"], cwd=REPO, capture_output=True,
+                             text=True, check=True).stdout.replace("\\\n", " ")
+    args = next(line for line in printed.splitlines() if "snakemake" in line).split()[1:]
+    args = [str(REPO / a) if a.startswith(("config/", "profiles/", "benchmarks/")) else a for a in args]
+    tasks = write_config(tmp_path / "tasks.yaml", {"tasks": {"root": str(REPO / "tasks" / "ecov")}})
+    run_snakemake([*args, str(tasks), "--directory", str(tmp_path)], timeout=1500)
+
+    rehearsal = yaml.safe_load((REPO / "benchmarks" / "device" / "rehearsal.yaml").read_text())
+    config = default_config()
+    for path in ("config/gpu.yaml", "config/experiments/smollm2_h200.yaml"):
+        config.update(yaml.safe_load((REPO / path).read_text()))
+    plan = Plan(config)
+    results = tmp_path / "results" / rehearsal["run_name"]
+    rows = {row["model"]: row for row in csv.DictReader((results / "tables" / "summary.csv").open())}
+    k = config["eval"]["k"]
+    for model in plan.models():
+        assert int(rows[model.id]["samples"]) == k * int(rows[model.id]["tasks"]) > 0, model.id
+    comparisons = [(r["question"], r["model"], r["reference"]) for r in
+                   csv.DictReader((results / "tables" / "comparisons.csv").open())]
+    best = rows["merge/linear"]["best_expert"]
+    assert comparisons == [(q, m, best if r == BEST_EXPERT else r) for q, m, r in plan.comparisons()]
+    for expert in config["rl"]["experts"]:
+        metrics = json.loads((results / "models" / "rl" / expert["name"] / "rl_metrics.json").read_text())
+        assert metrics["model_in"].endswith(f"models/sft/{expert['from_stage']}") and metrics["steps"] >= 1
+        assert metrics["reward_mode"] == expert["reward"]
+    distill = json.loads((results / "models" / "consolidated" / "distill" / "train_metrics.json").read_text())
+    assert distill["model_in"].endswith(f"models/sft/{config['consolidate']['base_stage']}")
+    assert json.loads((results / "prebuild" / "designs.json").read_text())["designs"] > 0
