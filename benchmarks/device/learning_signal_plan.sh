@@ -18,7 +18,8 @@
 # LS_ARGS="--rl-rounds 2": the experts train on two-round episodes (docs/rounds.md), so the
 # `rounds rl` that follows measures a model that has seen a second turn; an episode's
 # completion is then up to two answers and a feedback turn long (not measured on a GPU:
-# `--rl-batch 8 --rl-grad-accum 4` keeps the optimizer step at 32 with half the rows at once).
+# `--rl-batch 8 --rl-grad-accum 4 --rl-steps-per-generation 64` keeps the optimizer step at 32
+# and the rollout batch at 512 with half the rows at once).
 # LS_WORK: the run's folder (default /root/ls): a second recipe in the same lease (e.g.
 # LS_ARGS="--repair-rows 640") beside the first.
 # LS_ARGS="--program-style dut" (widths read from the design): the verify phase is seeded
