@@ -27,6 +27,16 @@ def default_config() -> dict:
     return check_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
 
 
+def experiment_config() -> dict:
+    """The reproduction's configuration as `make experiment` stacks it: the default, then
+    config/gpu.yaml, then config/experiments/smollm2_h200.yaml, each top-level key
+    replacing the one before (the keys those files set are whole sections)."""
+    config = default_config()
+    for path in ("config/gpu.yaml", "config/experiments/smollm2_h200.yaml"):
+        config.update(yaml.safe_load((REPO / path).read_text()))
+    return config
+
+
 def write_config(path: Path, config: dict) -> Path:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

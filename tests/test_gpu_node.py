@@ -135,7 +135,7 @@ def test_the_rehearsal_runs_the_reproduction_end_to_end(tmp_path):
 
     from chorus.plan import Plan
     from chorus.report import BEST_EXPERT
-    from conftest import default_config, write_config
+    from conftest import experiment_config, write_config
 
     printed = subprocess.run(["make", "-n", "-o", "setup", "experiment-rehearsal"], cwd=REPO, capture_output=True,
                              text=True, check=True).stdout.replace("\\\n", " ")
@@ -145,9 +145,7 @@ def test_the_rehearsal_runs_the_reproduction_end_to_end(tmp_path):
     run_snakemake([*args, str(tasks), "--directory", str(tmp_path)], timeout=1500)
 
     rehearsal = yaml.safe_load((REPO / "benchmarks" / "device" / "rehearsal.yaml").read_text())
-    config = default_config()
-    for path in ("config/gpu.yaml", "config/experiments/smollm2_h200.yaml"):
-        config.update(yaml.safe_load((REPO / path).read_text()))
+    config = experiment_config()
     plan = Plan(config)
     results = tmp_path / "results" / rehearsal["run_name"]
     rows = {row["model"]: row for row in csv.DictReader((results / "tables" / "summary.csv").open())}

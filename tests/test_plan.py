@@ -5,7 +5,7 @@ import pytest
 
 from chorus.config import ConfigError
 from chorus.plan import Plan, job_settings
-from conftest import default_config
+from conftest import default_config, experiment_config
 
 
 def test_paths_are_templates_and_pools_do_not_stutter():
@@ -103,18 +103,13 @@ def test_optional_settings_enter_params_only_when_set():
     assert plan.sampling()["batch_size"] == 256 and plan.harvest_settings()["sampling"]["batch_size"] == 256
 
 
-def test_comparisons_follow_the_experiment_from_base_to_consolidation(repo):
+def test_comparisons_follow_the_experiment_from_base_to_consolidation():
     """The reproduction's questions as pairs: every stage against the model it starts
     from, every expert against its stage, dense against binary from the same stage, the
     oracle and every merge and the distilled model against the best expert."""
-    import yaml
-
     from chorus.report import BEST_EXPERT, ORACLE
 
-    config = default_config()
-    for path in ("config/gpu.yaml", "config/experiments/smollm2_h200.yaml"):
-        config.update(yaml.safe_load((repo / path).read_text()))
-    pairs = Plan(config).comparisons()
+    pairs = Plan(experiment_config()).comparisons()
     assert [p for p in pairs if p[0] == "stage"] == [
         ("stage", "sft/program", "base/base"), ("stage", "sft/easy", "sft/program"), ("stage", "sft/full", "sft/easy"),
         ("stage", "rl/program_dense", "sft/program"), ("stage", "rl/easy_dense", "sft/easy"),
