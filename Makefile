@@ -82,8 +82,7 @@ experiment: setup
 # the same plan, profile and configuration, sizes from benchmarks/device/rehearsal.yaml
 # (results/smollm2_h200_rehearsal): what would fail on the GPU machine fails here first
 experiment-rehearsal: setup
-	$(BIN)/snakemake --cores $(CORES) --profile profiles/gpu-node --resources gpu_mem_gb=80 \
-	  --configfile config/gpu.yaml config/experiments/smollm2_h200.yaml benchmarks/device/rehearsal.yaml
+	$(BIN)/snakemake --cores $(CORES) $(EXPERIMENT_FLAGS) $(EXPERIMENT_CONFIG) benchmarks/device/rehearsal.yaml
 
 experiment-slurm: setup
 	$(BIN)/snakemake --profile profiles/slurm --rerun-incomplete $(EXPERIMENT_SLURM_CONFIG)

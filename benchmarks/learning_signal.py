@@ -97,8 +97,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rl-steps", type=int, default=256)
     p.add_argument("--rl-time-budget-s", type=float, default=None,
                    help="end each expert's training with the rollout batch after which another would pass this")
-    # the models answer a second turn with a broken program (benchmarks/README.md, the fifth and
-    # seventh leases): episodes of several rounds reward the last answer, so GRPO sees that turn
+    # models trained on one answer write a broken program in a second turn (benchmarks/README.md):
+    # episodes of several rounds reward the last answer, so GRPO sees that turn
     p.add_argument("--rl-rounds", type=int, default=None,
                    help="coverage-closure rounds per GRPO episode (rl.rounds, docs/rounds.md; default: one answer)")
     # at 2e-5 (decayed linearly) 64 steps left 0.06-0.4% of the tokens in the clipped
