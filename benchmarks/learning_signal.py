@@ -307,13 +307,16 @@ def phase_rl(args, train, evaluation, reward: str) -> dict:
 
 
 def round_episodes(metrics: dict) -> dict:
-    """With --rl-rounds: per rollout batch, how many episodes used each number of rounds
-    and their feedback tokens (masked out of the loss), from the expert's metrics."""
+    """With --rl-rounds: per rollout batch, how many episodes used each number of rounds,
+    their feedback tokens (masked out of the loss) and each round's rows, generation and
+    in-episode simulation seconds (the cost of a round), from the expert's metrics."""
     if metrics["rounds"] == 1:
         return {}
     return {"round_episodes": [
         {"rounds_used": dict(sorted(Counter(batch["rounds_used"]).items())),
-         "feedback_tokens": sum(batch["feedback_tokens"])} for batch in metrics["round_episodes"]]}
+         "feedback_tokens": sum(batch["feedback_tokens"]),
+         **{key: batch[key] for key in ("round_rows", "generation_s", "simulation_s")}}
+        for batch in metrics["round_episodes"]]}
 
 
 def rl_tasks(args, train) -> tuple[list, dict]:
