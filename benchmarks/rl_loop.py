@@ -449,11 +449,13 @@ def bench_rewards(tasks, copies: int, workers: int, limits, report: Report) -> N
 
 def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device: str, root: Path,
                backends: list[str], deadline: float, report: Report, late: bool = False,
-               compile_rollouts: bool = False, slots: int | None = None) -> None:
+               compile_rollouts: bool = False, slots: int | None = None, rounds: tuple[int, ...] = (1,)) -> None:
     """One GRPO expert per rollout backend, end to end, with the step breakdown; `late`:
     each backend again with the rewards simulated only after the whole batch;
     `compile_rollouts`: the static decoder's steps compiled (train_expert rollout_compile);
-    `slots`: its rows decoded at once (rollout_slots)."""
+    `slots`: its rows decoded at once (rollout_slots); `rounds`: each backend once per
+    number of coverage-closure rounds per episode (rl.rounds), the cost of the extra rounds
+    against the one-round run of the same backend (`rounds_cost`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from chorus.harness import prebuild
@@ -476,9 +478,10 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
     # settings other than the defaults name themselves (e.g. static_compiled_slots256_nice10)
     suffix = (("_compiled" if compile_rollouts else "") + (f"_slots{slots}" if slots else "")
               + (f"_nice{limits.nice}" if limits.nice else ""))
-    variants = ([(backend + suffix, backend, True) for backend in backends]
-                + [(f"{backend}{suffix}_late", backend, False) for backend in backends if late])
-    for name, backend, early in variants:
+    variants = ([(backend + suffix + (f"_rounds{n}" if n > 1 else ""), backend, True, n)
+                 for backend in backends for n in rounds]
+                + [(f"{backend}{suffix}_late", backend, False, 1) for backend in backends if late])
+    for name, backend, early, episode_rounds in variants:
         if time.perf_counter() > deadline:
             runs[name] = {"error": "skipped: out of the section's time budget"}
             continue
@@ -488,7 +491,7 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
                 grad_accum=sizes.get("grad_accum"),
                 max_completion_length=sizes["completion_len"], rollout_backend=backend, save_steps=10_000,
                 early_rewards=early, steps_per_generation=sizes.get("steps_per_generation"),
-                rollout_compile=compile_rollouts, rollout_slots=slots,
+                rollout_compile=compile_rollouts, rollout_slots=slots, rounds=episode_rounds,
             )
             metrics = train_expert(
                 model_dir, tasks, root / f"expert-{name}", expert, sim_workers=workers, sim_limits=limits,
@@ -502,11 +505,14 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
                              "rollout_batch": per_step // accum * per_generation,
                              "sim_workers": workers, "sim_nice": limits.nice,
                              "rollout_compile": metrics["rollout_compile"], "rollout_slots": slots,
+                             "rounds": episode_rounds, "round_episodes": metrics["round_episodes"],
                              "command": report.command, "device": report.device}
         except Exception as err:
             runs[name] = {"error": repr(err)[:1500]}
         report.detail(section, runs)
     report.detail(section, runs)
+    if len(rounds) > 1:
+        report.detail(f"{section}_rounds_cost", rounds_cost(runs, [b + suffix for b in backends], rounds))
     # the headline: the fastest rollouts of every GRPO run in the file (any batch size) as
     # the workflow runs them (rewards started early), in steady state where the run had
     # more than one rollout batch (the first holds the decoder's one-off compile)
@@ -524,6 +530,29 @@ def bench_grpo(model_dir: Path, tasks, sizes: dict, workers: int, limits, device
         report.data["reward_wait_fraction"] = figures["reward_wait_fraction"]
         report.data["details"]["grpo_best"] = best
         report.save()
+
+
+def rounds_cost(runs: dict, backends: list[str], rounds: tuple[int, ...]) -> dict:
+    """Per backend and number of rounds N > 1, measured in the same run against the
+    one-round expert: wall time, rollout generation time and rollout tokens (every round's
+    generated answers) as ratios, and the extra seconds per extra round per
+    rollout batch."""
+    cost = {}
+    for backend in backends:
+        one = runs.get(backend) or {}
+        for n in (n for n in rounds if n > 1):
+            many = runs.get(f"{backend}_rounds{n}") or {}
+            if not one.get("runtime_s") or not many.get("runtime_s"):
+                continue
+            batches = max(1, len(many["rollout_batches"]) // n)  # every round's generation is a timed batch
+            cost[f"{backend}_rounds{n}"] = {
+                "runtime_ratio": many["runtime_s"] / one["runtime_s"],
+                "generation_ratio": many["generation_s"] / one["generation_s"],
+                "rollout_tokens_ratio": many["rollout_tokens"] / one["rollout_tokens"],
+                "extra_s_per_round_per_rollout_batch": (many["runtime_s"] - one["runtime_s"]) / (n - 1) / batches,
+                "reward_wait_fraction": [one["reward_wait_fraction"], many["reward_wait_fraction"]],
+            }
+    return cost
 
 
 def sft_job(args) -> None:
@@ -662,6 +691,8 @@ def main() -> None:
     parser.add_argument("--grpo-slots", type=int, default=None,
                         help="GRPO's static rollouts decode this many rows at a time, refilling slots "
                              "(the run's name gets _slots<N>)")
+    parser.add_argument("--grpo-rounds", type=int, nargs="+", default=[1],
+                        help="coverage-closure rounds per episode: one expert per value (e.g. 1 2: the cost of a round)")
     parser.add_argument("--grpo-late", action="store_true",
                         help="also run each backend with rewards simulated after the whole batch (<backend>_late)")
     # internal: one SFT job in a fresh process
@@ -726,7 +757,8 @@ def main() -> None:
         "rewards": lambda: bench_rewards(grpo_tasks, sizes["reward_copies"], workers, limits, report),
         "grpo": lambda: bench_grpo(model_dir, grpo_tasks, sizes, workers, limits, device, root, args.grpo_backends,
                                    start + 0.7 * args.budget_s, report, late=args.grpo_late,
-                                   compile_rollouts=args.grpo_compile, slots=args.grpo_slots),
+                                   compile_rollouts=args.grpo_compile, slots=args.grpo_slots,
+                                   rounds=tuple(args.grpo_rounds)),
         "sft": lambda: bench_sft(model_dir, data, sizes, device, root, deadline, background, report),
     }
     for name, section in sections.items():

@@ -656,6 +656,26 @@ def test_rl_loop_grpo_in_micro_batches(tmp_path):
     assert run["steps"] == 1 and run["rollouts"] == 8
 
 
+def test_rl_loop_measures_the_cost_of_a_round(tmp_path):
+    """--grpo-rounds 1 2: the same expert with one- and two-round episodes in one run (the
+    tiny model never passes, so every episode answers twice), and the cost of the second
+    round as ratios against the first."""
+    out = tmp_path / "rl_loop.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    command = [sys.executable, str(REPO / "benchmarks" / "rl_loop.py"), "--smoke", "--only", "grpo",
+               "--grpo-backends", "static", "--grpo-rounds", "1", "2", "--out", str(out)]
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    details = json.loads(out.read_text())["details"]
+    one, two = details["grpo_batch4"]["static"], details["grpo_batch4"]["static_rounds2"]
+    assert (one["rounds"], one["round_episodes"], two["rounds"]) == (1, None, 2)
+    assert two["round_episodes"] and all(batch["rounds_used"] == [2] * 4 for batch in two["round_episodes"])
+    assert len(two["rollout_batches"]) == 2 * len(one["rollout_batches"])  # each round's generation timed
+    cost = details["grpo_batch4_rounds_cost"]["static_rounds2"]
+    assert cost["rollout_tokens_ratio"] == two["rollout_tokens"] / one["rollout_tokens"] > 1
+    assert cost["runtime_ratio"] > 0 and cost["generation_ratio"] > 0
+
+
 def test_static_decoder_prefills_long_batches_in_groups(base, monkeypatch):
     """A batch of more prompt tokens than one prefill takes (PREFILL_TOKENS) is prefilled in
     groups, none over the bound, each row's keys copied into its slot: every row gets the
