@@ -544,7 +544,7 @@ def rounds_cost(runs: dict, backends: list[str], rounds: tuple[int, ...]) -> dic
             many = runs.get(f"{backend}_rounds{n}") or {}
             if not one.get("runtime_s") or not many.get("runtime_s"):
                 continue
-            batches = max(1, len(many["rollout_batches"]) // n)  # every round's generation is a timed batch
+            batches = max(1, len(one["rollout_batches"]))  # the same rollout batches, one generation each
             cost[f"{backend}_rounds{n}"] = {
                 "runtime_ratio": many["runtime_s"] / one["runtime_s"],
                 "generation_ratio": many["generation_s"] / one["generation_s"],
