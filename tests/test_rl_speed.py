@@ -674,6 +674,7 @@ def test_rl_loop_measures_the_cost_of_a_round(tmp_path):
     cost = details["grpo_batch4_rounds_cost"]["static_rounds2"]
     assert cost["rollout_tokens_ratio"] == two["rollout_tokens"] / one["rollout_tokens"] > 1
     assert cost["runtime_ratio"] > 0 and cost["generation_ratio"] > 0
+    assert details["grpo_best"] == "grpo_batch4/static"  # the headline stays a one-round figure
 
 
 def test_static_decoder_prefills_long_batches_in_groups(base, monkeypatch):
