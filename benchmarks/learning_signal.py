@@ -308,14 +308,14 @@ def phase_rl(args, train, evaluation, reward: str) -> dict:
 
 def round_episodes(metrics: dict) -> dict:
     """With --rl-rounds: per rollout batch, how many episodes used each number of rounds,
-    their feedback tokens (masked out of the loss) and each round's rows, generation and
-    in-episode simulation seconds (the cost of a round), from the expert's metrics."""
+    their feedback tokens (masked out of the loss) and each round's in-episode simulation
+    seconds, from the expert's metrics (each round's generation: `breakdown.rollout_batches`)."""
     if metrics["rounds"] == 1:
         return {}
     return {"round_episodes": [
         {"rounds_used": dict(sorted(Counter(batch["rounds_used"]).items())),
          "feedback_tokens": sum(batch["feedback_tokens"]),
-         **{key: batch[key] for key in ("round_rows", "generation_s", "simulation_s")}}
+         "simulation_s": batch["simulation_s"]}
         for batch in metrics["round_episodes"]]}
 
 

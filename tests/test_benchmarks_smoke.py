@@ -151,7 +151,9 @@ def test_learning_signal_probe_and_rl_on_unsolved_tasks(tmp_path):
     rows = rl["breakdown"]["rollout_batches"][0]["rows"]  # round 1 of the first rollout batch
     assert episodes and all(batch["rounds_used"] == {"2": rows} for batch in episodes)
     assert all(batch["feedback_tokens"] > 0 for batch in episodes)
-    assert all(batch["round_rows"] == [rows, rows] and len(batch["generation_s"]) == 2 for batch in episodes)
+    batches = rl["breakdown"]["rollout_batches"]  # each round's generation: a batch of every episode's rows
+    assert [b["rows"] for b in batches] == [rows] * 2 * len(episodes)
+    assert all(len(batch["simulation_s"]) == 2 for batch in episodes)
 
 
 @pytest.mark.slow  # verifies programs, simulates weakened ones, trains

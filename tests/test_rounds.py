@@ -189,8 +189,9 @@ def test_a_two_round_grpo_step(task, tiny, tmp_path):
     output = seen["output"]
     # the tiny model never passes: every episode has two answers and one feedback turn
     assert episodes["rounds_used"] == [2, 2] and all(n > 0 for n in episodes["feedback_tokens"])
-    # each round's cost: both episodes answer twice, each round timed
-    assert episodes["round_rows"] == [2, 2] and all(s > 0 for s in episodes["generation_s"])
+    # each round's cost: both episodes answer twice, each round's generation a timed batch of 2
+    # rows, each round's simulations timed
+    assert [(b["rows"], b["s"] > 0) for b in metrics["breakdown"]["rollout_batches"]] == [(2, True), (2, True)]
     assert len(episodes["simulation_s"]) == 2 and min(episodes["simulation_s"]) >= 0
     tokenizer = load_tokenizer(tiny)
     for ids, mask, last in zip(output["completion_ids"], output["env_mask"], output["final_answer"]):

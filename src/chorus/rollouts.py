@@ -214,9 +214,9 @@ class RoundEpisodes:
     answer is simulated by the coverage reward's sandboxes (`CoverageReward.start`), so
     the reward call takes the result of an episode that ended early instead of
     simulating its last answer again.
-    `episodes`: per rollout call, the rounds each episode used and its feedback tokens, and
-    per round the episodes it answered, its generation's seconds and the seconds its
-    answers' simulations (with the feedback) took before the next round."""
+    `episodes`: per rollout call, the rounds each episode used, its feedback tokens, and per
+    round the seconds its answers' simulations (with the feedback) took before the next
+    round; each round's generation is a batch of the RolloutTimer's (its rows and seconds)."""
 
     def __init__(self, coverage: CoverageReward, prompt_task: dict[str, str], rounds: int):
         self.coverage, self.prompt_task, self.rounds = coverage, prompt_task, rounds
@@ -234,26 +234,22 @@ class RoundEpisodes:
         answers: list[list[str]] = [[] for _ in prompts]
         feedback: list[list[str]] = [[] for _ in prompts]
         live = list(range(len(prompts)))
-        cost = {"round_rows": [], "generation_s": [], "simulation_s": []}  # per round: what it cost
+        simulation_s: list[float] = []  # per round (its generation: RolloutTimer's batches)
         for number in range(1, self.rounds + 1):
             contexts = [prompt_ids[i] + completions[i] for i in live]
             groups = (trainer.num_generations if trainer.model.training else trainer.num_generations_eval) \
                 if number == 1 else 1  # later rounds: each episode has its own history
-            start = time.perf_counter()
             new_ids, _ = trainer._generate_single_turn(contexts, None, {}, groups)
             generated = time.perf_counter()
             for i, ids in zip(live, new_ids):
                 answers[i].append(tokenizer.decode(ids, skip_special_tokens=True))
-            cost["round_rows"].append(len(live))
             live = self._continue(live, new_ids, number, task_ids, answers, feedback, completions, masks, tokenizer,
                                   trainer.eos_token_ids)
-            cost["generation_s"].append(generated - start)
-            # ~0 for the last round: the reward call simulates its answers
-            cost["simulation_s"].append(time.perf_counter() - generated)
+            simulation_s.append(time.perf_counter() - generated)  # ~0 for the last round: the reward simulates it
             if not live:
                 break
         self.episodes.append({"rounds_used": [len(a) for a in answers],
-                              "feedback_tokens": [len(m) - sum(m) for m in masks], **cost})
+                              "feedback_tokens": [len(m) - sum(m) for m in masks], "simulation_s": simulation_s})
         return {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": None, "env_mask": masks,
                 "final_answer": [a[-1] for a in answers]}
 
